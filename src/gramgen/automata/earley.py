@@ -1,0 +1,244 @@
+"""A byte-level Earley recogniser whose terminals are lexeme DFAs.
+
+One Earley set per byte of output. Besides the usual items ``(dotted rule, origin)`` a set
+holds *scans*: lexemes being matched, as ``(lexeme, dfa_state) -> origins``. A byte moves
+every scan through its DFA; when a lexeme reaches an accepting state the items waiting on
+it in the origin set advance (Earley's completer, at the lexeme level). Because every split
+of the text into lexemes is tracked, the language is exactly "strings that can be split
+into lexemes that parse", for any CFG: ambiguous, left-recursive, with empty rules
+(handled by Aycock-Horspool prediction of nullable symbols) and overlapping lexemes.
+
+Ignored lexemes (``%ignore``) start at every lexeme boundary; when one completes, the new
+set receives all items of the set where it started, i.e. the parse continues as if the
+ignored text were not there.
+
+Sets are never mutated once built, so a chart is a list of shared sets: forking copies
+the list of references, rolling back truncates it.
+"""
+
+from __future__ import annotations
+
+from ..errors import GrammarError
+from ..grammar.ir import GrammarIR
+
+END = -1  # item_next value of a completed item
+
+
+class EarleySet:
+    """The parser state after one byte. ``sig`` identifies its future exactly (see below)."""
+
+    __slots__ = ("items", "waiting", "scans", "sig", "next_bytes")
+
+    def __init__(self, items, waiting, scans):
+        self.items = items      # set[(item, origin)] (empty between lexeme boundaries)
+        self.waiting = waiting  # symbol -> list[(item, origin)] whose dot is before symbol
+        self.scans = scans      # (lexeme, dfa state) -> frozenset[origin]
+        self.sig = None
+        self.next_bytes = -1    # lazily: bit b set iff byte b can come next
+
+
+class ParserTables:
+    """The grammar flattened into integer tables for the recogniser's hot loop.
+
+    Symbols: nonterminal ``n`` is ``n``; lexeme ``k`` is ``n_nonterminals + k``.
+    Items: ``rule_first[r] + dot``; ``item_next[i]`` is the symbol after the dot or END.
+    """
+
+    def __init__(self, ir: GrammarIR, dfas: dict):
+        lexeme_names = list(ir.lexemes)
+        # ignored lexemes get their own ids: the same DFA, but completing one resumes the
+        # parse instead of advancing an item
+        self.lexeme_names = lexeme_names + [f"%ignore {n}" for n in ir.ignore]
+        lex_dfas = [dfas[n] for n in lexeme_names] + [dfas[n] for n in ir.ignore]
+        n_plain = len(lexeme_names)
+        self.is_ignore = [k >= n_plain for k in range(len(lex_dfas))]
+        self.ignore_lexemes = list(range(n_plain, len(lex_dfas)))
+
+        rules = _productive_rules(ir, {n for n in lexeme_names if not dfas[n].is_empty})
+        augmented = "$start"
+        rules = [(augmented, (ir.start,))] + rules
+        nt_names = []
+        for lhs, _ in rules:
+            if lhs not in nt_names:
+                nt_names.append(lhs)
+        self.nt_names = nt_names
+        nt_index = {n: i for i, n in enumerate(nt_names)}
+        lex_index = {n: i for i, n in enumerate(lexeme_names)}
+        N = len(nt_names)
+        self.n_nonterminals = N
+
+        def code(sym: str) -> int:
+            return nt_index[sym] if sym in nt_index else N + lex_index[sym]
+
+        self.item_next: list[int] = []
+        self.item_lhs: list[int] = []
+        self.item_rule: list[int] = []
+        self.rule_first: list[int] = []
+        self.rules_of: list[list[int]] = [[] for _ in range(N)]
+        self.rule_list = rules
+        for r, (lhs, rhs) in enumerate(rules):
+            first = len(self.item_next)
+            self.rule_first.append(first)
+            self.rules_of[nt_index[lhs]].append(first)
+            for sym in rhs:
+                self.item_next.append(code(sym))
+                self.item_lhs.append(nt_index[lhs])
+                self.item_rule.append(r)
+            self.item_next.append(END)
+            self.item_lhs.append(nt_index[lhs])
+            self.item_rule.append(r)
+        self.accept_item = self.rule_first[0] + 1
+
+        self.lex_rows = [d.rows for d in lex_dfas]
+        self.lex_accept = [[bool(a) for a in d.accepting] for d in lex_dfas]
+        self.lex_dfas = lex_dfas
+        lex_nullable = [d.nullable for d in lex_dfas]
+        self.nullable = self._nullable(N, lex_nullable)
+        # bit b of lex_first_bytes[k][q] is set iff byte b keeps lexeme k alive from q
+        self.lex_first_bytes = [
+            [sum(1 << b for b, t in enumerate(row) if t >= 0) for row in d.rows] for d in lex_dfas
+        ]
+
+    def _nullable(self, N: int, lex_nullable: list[bool]) -> list[bool]:
+        """nullable[symbol] for every symbol code."""
+        nullable = [False] * N + lex_nullable[: len(lex_nullable)]
+        changed = True
+        while changed:
+            changed = False
+            for first in self.rule_first:
+                i = first
+                while self.item_next[i] != END and nullable[self.item_next[i]]:
+                    i += 1
+                lhs = self.item_lhs[first]
+                if self.item_next[i] == END and not nullable[lhs]:
+                    nullable[lhs] = changed = True
+        return nullable
+
+    # -- building sets -------------------------------------------------------------------
+
+    def initial_set(self) -> EarleySet:
+        return self._closure([], 0, [(f, 0) for f in self.rules_of[0]], {})
+
+    def _closure(self, chart, j: int, agenda: list, scans: dict) -> EarleySet:
+        """Complete and predict from ``agenda`` into the set at position ``j``."""
+        items: set = set()
+        waiting: dict = {}
+        predicted: set = set()
+        item_next, item_lhs, nullable = self.item_next, self.item_lhs, self.nullable
+        N = self.n_nonterminals
+        here = frozenset((j,))
+        while agenda:
+            entry = agenda.pop()
+            if entry in items:
+                continue
+            items.add(entry)
+            it, origin = entry
+            sym = item_next[it]
+            if sym == END:
+                src = waiting if origin == j else chart[origin].waiting
+                for it2, o2 in src.get(item_lhs[it], ()):
+                    agenda.append((it2 + 1, o2))
+                continue
+            w = waiting.get(sym)
+            if w is None:
+                waiting[sym] = [entry]
+            else:
+                w.append(entry)
+            if sym not in predicted:
+                predicted.add(sym)
+                if sym < N:
+                    for f in self.rules_of[sym]:
+                        agenda.append((f, j))
+                else:
+                    key = (sym - N, 0)
+                    prev = scans.get(key)
+                    scans[key] = here if prev is None else prev | here
+            if nullable[sym]:
+                agenda.append((it + 1, origin))
+        if items:
+            for k in self.ignore_lexemes:
+                key = (k, 0)
+                prev = scans.get(key)
+                scans[key] = here if prev is None else prev | here
+        return EarleySet(items, waiting, scans)
+
+    def step(self, chart: list, byte: int) -> EarleySet | None:
+        """The set after ``byte``, or None if no parse survives it."""
+        cur = chart[-1]
+        if not (self.allowed_bytes(cur) >> byte) & 1:
+            return None
+        new_scans: dict = {}
+        agenda: list = []
+        rows, accept, N = self.lex_rows, self.lex_accept, self.n_nonterminals
+        for (k, q), origins in cur.scans.items():
+            q2 = rows[k][q][byte]
+            if q2 < 0:
+                continue
+            key = (k, q2)
+            prev = new_scans.get(key)
+            new_scans[key] = origins if prev is None else prev | origins
+            if accept[k][q2]:
+                if self.is_ignore[k]:
+                    for o in origins:
+                        agenda.extend(chart[o].items)
+                else:
+                    sym = N + k
+                    for o in origins:
+                        w = chart[o].waiting.get(sym)
+                        if w:
+                            agenda.extend([(it + 1, o2) for it, o2 in w])
+        if not new_scans:
+            return None
+        if not agenda:
+            return EarleySet(frozenset(), {}, new_scans)
+        return self._closure(chart, len(chart), agenda, new_scans)
+
+    def allowed_bytes(self, s: EarleySet) -> int:
+        """Bitmask of the bytes that can follow ``s`` (exact: symbols are productive)."""
+        nb = s.next_bytes
+        if nb < 0:
+            nb = 0
+            first = self.lex_first_bytes
+            for k, q in s.scans:
+                nb |= first[k][q]
+            s.next_bytes = nb
+        return nb
+
+    def is_accepting(self, s: EarleySet) -> bool:
+        return (self.accept_item, 0) in s.items
+
+    def signature(self, chart: list, j: int, intern: dict):
+        """A hashable value equal for two sets iff their futures are identical.
+
+        The future of a set depends on its kernel items (those not predicted here), its
+        scans, and, through origins, on the sets those refer to; origins are replaced by
+        their own (interned) signatures, so equal signatures mean isomorphic charts.
+        """
+        s = chart[j]
+        parts = []
+        for it, o in s.items:
+            if o != j:
+                parts.append((it, chart[o].sig))
+        for (k, q), origins in s.scans.items():
+            parts.append((-1 - k, q, frozenset(chart[o].sig if o != j else None for o in origins)))
+        sig = frozenset(parts)
+        return intern.setdefault(sig, sig)
+
+
+def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Rules whose every symbol can derive some string; an empty language is an error."""
+    productive = set(live_lexemes)
+    changed = True
+    while changed:
+        changed = False
+        for r in ir.rules:
+            if r.lhs not in productive and all(s in productive for s in r.rhs):
+                productive.add(r.lhs)
+                changed = True
+    if ir.start not in productive:
+        raise GrammarError(f"the grammar's language is empty (start symbol {ir.start!r} "
+                           "derives no string)", source=ir.source)
+    if ir.start in ir.lexemes:
+        return []
+    return [(r.lhs, tuple(r.rhs)) for r in ir.rules if r.lhs in productive
+            and all(s in productive for s in r.rhs)]

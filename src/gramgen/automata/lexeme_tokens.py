@@ -1,0 +1,68 @@
+"""Which tokens a lexeme decides on its own, from one of its DFA states.
+
+This is XGrammar's split between context-independent and context-dependent tokens,
+applied at the level of lexemes. Starting from DFA state ``q`` of a lexeme that the
+parser is currently matching, a token is
+
+* **inside** if all its bytes keep the lexeme alive: it is allowed whatever the parser
+  stack holds, because a live lexeme state can always be finished and the lexeme was
+  expected (every symbol of a compiled grammar is productive);
+* an **exit** if the lexeme could end at some byte strictly inside the token: its rest
+  must be checked against the parser, so the matcher walks these through the parser;
+* otherwise **rejected** by this lexeme.
+
+Computed with numpy over the whole vocabulary at once (all tokens step together through
+the DFA), once per (lexeme, state) and cached in the compiled grammar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..runtime.bitmask import pack
+from .token_table import TokenTable
+
+
+@dataclass(frozen=True)
+class LexemeTokens:
+    inside: np.ndarray  # packed uint32 mask of inside tokens (by token id)
+    exits: np.ndarray   # int64 ranks (ascending) of exit tokens that are not inside
+
+
+def sink_table(transitions: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The DFA table with an explicit sink state (index n) in place of -1."""
+    n = transitions.shape[0]
+    table = np.empty((n + 1, 256), dtype=np.int32)
+    table[:n] = np.where(transitions < 0, n, transitions)
+    table[n] = n
+    acc = np.zeros(n + 1, dtype=bool)
+    acc[:n] = accepting
+    return table, acc
+
+
+def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int) -> LexemeTokens:
+    sink = table.shape[0] - 1
+    n_ranks = len(tt.sorted_bytes)
+    inside = np.zeros(n_ranks, dtype=bool)
+    exit_flag = np.zeros(n_ranks, dtype=bool)
+    idx = tt.by_length  # ranks, longest first
+    lengths = tt.lengths
+    st = np.full(idx.shape[0], state, dtype=np.int32)
+    for pos in range(tt.max_len):
+        if idx.size == 0:
+            break
+        st = table[st, tt.columns[pos][idx]]
+        alive = st != sink
+        if not alive.all():
+            idx, st = idx[alive], st[alive]
+        # tokens of length pos+1 sit at the tail (lengths descend)
+        k = int(np.searchsorted(-lengths[idx], -(pos + 1), side="left"))
+        inside[idx[k:]] = True
+        idx, st = idx[:k], st[:k]
+        exit_flag[idx[acc[st]]] = True
+    by_id = np.zeros(tt.vocab_size, dtype=bool)
+    by_id[tt.rank_to_id[inside]] = True
+    exits = np.flatnonzero(exit_flag & ~inside)
+    return LexemeTokens(inside=pack(by_id), exits=exits)

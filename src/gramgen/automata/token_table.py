@@ -1,0 +1,72 @@
+"""Vocabulary laid out for fast mask computation.
+
+Two views of the same tokens, built once per vocabulary and shared by every grammar:
+
+* sorted by their bytes (``ranks``), so that tokens sharing a prefix are contiguous and a
+  walk over them can share parser work and skip a dead prefix with one bisection;
+* a column-major byte matrix sorted by length, so one lexeme DFA can be run over the
+  whole vocabulary at once with numpy.
+
+Tokens with no bytes (special tokens, and any empty token) are left out: a grammar never
+allows them (EOS is handled separately).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+import numpy as np
+
+
+class TokenTable:
+    """Byte-sorted and length-sorted views of a vocabulary's non-empty tokens."""
+
+    def __init__(self, tokens: list[bytes], excluded: frozenset[int] = frozenset()):
+        self.vocab_size = len(tokens)
+        self.n_words = (self.vocab_size + 31) // 32
+        ids = [i for i, t in enumerate(tokens) if t and i not in excluded]
+        ids.sort(key=lambda i: tokens[i])
+        #: token ids in byte order; ``sorted_bytes[r]`` spells token ``rank_to_id[r]``
+        self.rank_to_id = np.array(ids, dtype=np.int64)
+        self.sorted_bytes: list[bytes] = [tokens[i] for i in ids]
+        self.id_to_rank = np.full(self.vocab_size, -1, dtype=np.int64)
+        self.id_to_rank[self.rank_to_id] = np.arange(len(ids))
+        lengths = np.array([len(b) for b in self.sorted_bytes], dtype=np.int64)
+        self.lengths = lengths  # by rank
+        # length-descending order of ranks, and one byte column per position
+        self.by_length = np.argsort(-lengths, kind="stable")
+        self.max_len = int(lengths.max()) if len(ids) else 0
+        flat = np.zeros((self.max_len, len(ids)), dtype=np.uint8)
+        blob = np.frombuffer(b"".join(self.sorted_bytes), dtype=np.uint8)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(ids) else lengths
+        for pos in range(self.max_len):
+            has = lengths > pos
+            flat[pos, has] = blob[starts[has] + pos]
+        #: ``columns[pos][rank]`` is byte ``pos`` of that token (0 past its end)
+        self.columns = flat
+
+    def prefix_end(self, prefix: bytes, lo: int = 0) -> int:
+        """First rank (>= lo) whose bytes do not start with ``prefix`` (prefix ranks are contiguous)."""
+        p = prefix.rstrip(b"\xff")
+        if not p:
+            return len(self.sorted_bytes)
+        succ = p[:-1] + bytes((p[-1] + 1,))
+        return bisect.bisect_left(self.sorted_bytes, succ, lo)
+
+
+_TABLES: dict[tuple[str, frozenset[int]], TokenTable] = {}
+_LOCK = threading.Lock()
+
+
+def token_table_for(vocab) -> TokenTable:
+    """One shared TokenTable per vocabulary (keyed by its fingerprint)."""
+    key = (vocab.fingerprint, frozenset(vocab.special_ids))
+    with _LOCK:
+        table = _TABLES.get(key)
+        if table is None:
+            table = TokenTable(list(vocab.tokens), frozenset(vocab.special_ids))
+            if len(_TABLES) > 8:
+                _TABLES.pop(next(iter(_TABLES)))
+            _TABLES[key] = table
+        return table

@@ -1,0 +1,62 @@
+"""Every error gramgen raises derives from :class:`GramgenError`.
+
+Callers can catch one base class; each subclass carries the location that makes the
+message actionable (line/column for grammars, a JSON pointer for schemas, a token and
+byte position for rejected tokens).
+"""
+
+from __future__ import annotations
+
+
+class GramgenError(Exception):
+    """Base class of all gramgen errors."""
+
+
+class GrammarError(GramgenError):
+    """A grammar (Lark, GBNF, regex) is malformed or uses an unsupported construct.
+
+    ``line`` and ``column`` are 1-based positions in the grammar source.
+    """
+
+    def __init__(self, message: str, line: int = 1, column: int = 1, source: str | None = None):
+        self.message = message
+        self.line = line
+        self.column = column
+        self.source = source
+        where = f"{source}:" if source else ""
+        super().__init__(f"{where}{line}:{column}: {message}")
+
+
+class SchemaError(GramgenError):
+    """A JSON Schema is malformed or uses a keyword gramgen cannot enforce exactly."""
+
+    def __init__(self, message: str, pointer: str = ""):
+        self.message = message
+        self.pointer = pointer
+        super().__init__(f"{pointer or '#'}: {message}")
+
+
+class TokenizerError(GramgenError):
+    """The tokenizer's kind is unknown or its tokens cannot be mapped to bytes."""
+
+
+class TokenRejected(GramgenError):
+    """A token was advanced that the grammar does not allow at this point."""
+
+    def __init__(self, token: int, position: int, detail: str = ""):
+        self.token = token
+        self.position = position
+        msg = f"token {token} rejected at token position {position}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class CompileLimitError(GramgenError):
+    """Compiling exceeded a configured budget (automaton size, time)."""
+
+
+def position_to_line_col(text: str, pos: int) -> tuple[int, int]:
+    """1-based (line, column) of character offset ``pos`` in ``text``."""
+    pos = max(0, min(pos, len(text)))
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return line, col

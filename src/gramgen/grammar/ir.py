@@ -1,0 +1,135 @@
+"""The one grammar representation every frontend lowers to.
+
+A grammar is a context-free grammar over *lexemes*; a lexeme is a regular expression over
+Unicode code points (or raw bytes) that the engine compiles to a byte-level DFA. Keeping
+regular structure inside lexemes (instead of one rule per character) keeps the parser's
+work small: most bytes only move a lexeme DFA.
+
+Symbols in rule bodies are plain names: a name found in ``Grammar.lexemes`` is a lexeme,
+any other name is a nonterminal and must have rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import GrammarError
+
+MAX_CODEPOINT = 0x10FFFF
+
+
+class Regex:
+    """Base class of the regular-expression AST used for lexemes."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class CharRanges(Regex):
+    """One code point from a union of inclusive ranges (sorted, non-overlapping).
+
+    Surrogates (U+D800..U+DFFF) have no UTF-8 encoding and are never matched.
+    An empty tuple matches nothing.
+    """
+
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class ByteRanges(Regex):
+    """One raw byte from a union of inclusive ranges within 0..255."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Seq(Regex):
+    """Concatenation; ``Seq(())`` matches the empty string."""
+
+    items: tuple[Regex, ...]
+
+
+@dataclass(frozen=True)
+class Alt(Regex):
+    """Alternation; ``Alt(())`` matches nothing."""
+
+    items: tuple[Regex, ...]
+
+
+@dataclass(frozen=True)
+class Repeat(Regex):
+    """``item`` repeated between ``min`` and ``max`` times (``max=None``: unbounded)."""
+
+    item: Regex
+    min: int
+    max: int | None
+
+
+EMPTY = Seq(())
+NOTHING = Alt(())
+
+
+def normalize_ranges(ranges) -> tuple[tuple[int, int], ...]:
+    """Sort and merge inclusive ranges."""
+    out: list[list[int]] = []
+    for lo, hi in sorted((int(a), int(b)) for a, b in ranges if a <= b):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((a, b) for a, b in out)
+
+
+def char(c: str) -> CharRanges:
+    o = ord(c)
+    return CharRanges(((o, o),))
+
+
+def literal(text: str) -> Regex:
+    """A regex matching exactly ``text``."""
+    if len(text) == 1:
+        return char(text)
+    return Seq(tuple(char(c) for c in text))
+
+
+def byte_literal(data: bytes) -> Regex:
+    return Seq(tuple(ByteRanges(((b, b),)) for b in data))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``lhs -> rhs[0] rhs[1] ...``; an empty ``rhs`` derives the empty string."""
+
+    lhs: str
+    rhs: tuple[str, ...]
+
+
+@dataclass
+class GrammarIR:
+    """A context-free grammar over lexemes.
+
+    ``ignore`` names lexemes that may appear between any two lexemes (and at both ends),
+    as Lark's ``%ignore`` does.
+    """
+
+    rules: list[Rule]
+    lexemes: dict[str, Regex]
+    start: str
+    ignore: tuple[str, ...] = ()
+    source: str = "<grammar>"
+    meta: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Check that every referenced name is defined; raise GrammarError otherwise."""
+        heads = {r.lhs for r in self.rules}
+        if self.start not in heads and self.start not in self.lexemes:
+            raise GrammarError(f"start symbol {self.start!r} is not defined", source=self.source)
+        for r in self.rules:
+            if r.lhs in self.lexemes:
+                raise GrammarError(f"{r.lhs!r} is both a rule and a lexeme", source=self.source)
+            for s in r.rhs:
+                if s not in heads and s not in self.lexemes:
+                    raise GrammarError(f"rule {r.lhs!r} uses undefined symbol {s!r}", source=self.source)
+        for name in self.ignore:
+            if name not in self.lexemes:
+                raise GrammarError(f"ignored symbol {name!r} is not a lexeme", source=self.source)

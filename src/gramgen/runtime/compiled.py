@@ -1,0 +1,100 @@
+"""Compiling a grammar against a vocabulary: :func:`compile` and :class:`CompiledGrammar`."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from ..automata.dfa import compile_regex
+from ..automata.earley import ParserTables
+from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, sink_table
+from ..automata.token_table import TokenTable, token_table_for
+from ..errors import GrammarError
+from ..grammar.grammar import Grammar
+
+
+class CompiledGrammar:
+    """A grammar bound to a vocabulary. Immutable to its users and safe to share.
+
+    Holds the parser tables, the per-(lexeme, state) token classes (computed on first use)
+    and a bounded cache of masks keyed by parser-state signature. Caches only ever hold
+    values that are a pure function of their key, so concurrent matchers can share them.
+    """
+
+    def __init__(self, grammar: Grammar, vocab, *, max_dfa_states: int = 10_000,
+                 mask_cache_size: int = 4096):
+        self.grammar = grammar
+        self.vocab = vocab
+        ir = grammar.ir
+        dfas = {}
+        for name, rx in ir.lexemes.items():
+            try:
+                dfas[name] = compile_regex(rx, max_states=max_dfa_states)
+            except GrammarError as exc:
+                raise GrammarError(f"lexeme {name!r}: {exc.message}", exc.line, exc.column,
+                                   exc.source or ir.source) from exc
+        self.tables = ParserTables(ir, dfas)
+        self.token_table: TokenTable = token_table_for(vocab)
+        self.vocab_size = vocab.size
+        self.eos_ids = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
+        self._sink_tables = [sink_table(d.transitions, d.accepting) for d in self.tables.lex_dfas]
+        self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
+        self._mask_cache: OrderedDict = OrderedDict()
+        self._mask_cache_size = mask_cache_size
+        self._intern: dict = {}
+        self._lock = threading.Lock()
+        self._initial = self.tables.initial_set()
+        self._initial.sig = self.tables.signature([self._initial], 0, self._intern)
+
+    def matcher(self):
+        """A fresh :class:`~gramgen.Matcher` at the start of the language."""
+        from .matcher import Matcher
+
+        return Matcher(self)
+
+    # -- caches shared by matchers ---------------------------------------------------------
+
+    def lexeme_tokens(self, lexeme: int, state: int) -> LexemeTokens:
+        key = (lexeme, state)
+        found = self._lexeme_tokens.get(key)
+        if found is None:
+            table, acc = self._sink_tables[lexeme]
+            found = classify_tokens(self.token_table, table, acc, state)
+            with self._lock:
+                self._lexeme_tokens.setdefault(key, found)
+        return found
+
+    def cached_mask(self, sig):
+        words = self._mask_cache.get(sig)
+        if words is not None:
+            try:
+                self._mask_cache.move_to_end(sig)
+            except KeyError:  # evicted by another thread meanwhile
+                pass
+        return words
+
+    def store_mask(self, sig, words: np.ndarray) -> None:
+        with self._lock:
+            self._mask_cache[sig] = words
+            while len(self._mask_cache) > self._mask_cache_size:
+                self._mask_cache.popitem(last=False)
+            if len(self._intern) > 1_000_000:
+                self._intern.clear()  # only loses sharing, never correctness
+
+    def intern(self) -> dict:
+        return self._intern
+
+    def precompute(self) -> None:
+        """Classify the vocabulary for every lexeme state now instead of on first use."""
+        for k, dfa in enumerate(self.tables.lex_dfas):
+            for q in range(dfa.n_states):
+                self.lexeme_tokens(k, q)
+
+
+def compile(grammar: Grammar, vocab, **options) -> CompiledGrammar:
+    """Compile ``grammar`` for ``vocab`` (a :class:`~gramgen.Vocabulary`)."""
+    if not isinstance(grammar, Grammar):
+        raise TypeError(f"compile() expects a gramgen.Grammar, got {type(grammar).__name__}")
+    return CompiledGrammar(grammar, vocab, **options)

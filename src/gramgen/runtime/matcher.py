@@ -1,0 +1,252 @@
+"""The :class:`Matcher`: the state of one sequence being generated under a grammar."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..errors import TokenRejected
+from . import bitmask
+from .compiled import CompiledGrammar
+
+_NO_WORDS = None
+
+
+class Matcher:
+    """Tracks which text has been produced and answers which tokens may come next.
+
+    The state is an Earley chart (a list of immutable sets, one per byte), so :meth:`fork`
+    copies a list of references and :meth:`rollback` truncates it: no recompilation and
+    no copy of the sets themselves.
+    """
+
+    __slots__ = ("_cg", "_tables", "_chart", "_bounds", "_tokens", "_terminated")
+
+    def __init__(self, compiled: CompiledGrammar):
+        self._cg = compiled
+        self._tables = compiled.tables
+        self._chart = [compiled._initial]
+        self._bounds: list[int] = []   # chart length before each advanced token
+        self._tokens: list[int] = []
+        self._terminated = False
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def is_accepting(self) -> bool:
+        """The text so far is a complete word of the language."""
+        return self._tables.is_accepting(self._chart[-1])
+
+    def is_terminated(self) -> bool:
+        """EOS has been accepted; nothing more can follow."""
+        return self._terminated
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens advanced so far."""
+        return list(self._tokens)
+
+    def text_bytes(self) -> bytes:
+        """The bytes produced so far (EOS contributes none)."""
+        vocab = self._cg.vocab
+        return b"".join(vocab.token_bytes(t) for t in self._tokens if t not in self._cg.vocab.eos_token_ids)
+
+    def mask(self) -> np.ndarray:
+        """bool[vocab.size]: True where the token keeps the text inside the language."""
+        return bitmask.unpack(self._words(), self._cg.vocab_size).copy()
+
+    def fill_bitmask(self, bitmask_out, row: int = 0) -> None:
+        """Write the mask into row ``row`` of an int32 ``[batch, ceil(V/32)]`` array or tensor."""
+        bitmask.write_row(bitmask_out, row, self._words())
+
+    def check(self, token_id: int) -> bool:
+        """Whether ``token_id`` is allowed next, without computing the whole mask."""
+        if self._terminated:
+            return False
+        cg = self._cg
+        if token_id in cg.vocab.eos_token_ids:
+            return self.is_accepting()
+        words = cg.cached_mask(self._chart[-1].sig)
+        if words is not None:
+            return bool((int(words[token_id >> 5]) >> (token_id & 31)) & 1)
+        data = self._token_bytes(token_id)
+        if not data:
+            return False
+        chart, n = self._chart, len(self._chart)
+        step = self._tables.step
+        try:
+            for b in data:
+                s = step(chart, b)
+                if s is None:
+                    return False
+                chart.append(s)
+            return True
+        finally:
+            del chart[n:]
+
+    def forced_tokens(self, limit: int = 256) -> list[int]:
+        """The tokens the grammar forces next: while exactly one token is allowed (and it is
+        not EOS), that token. Emitting these without sampling keeps the distribution exact."""
+        probe = self.fork()
+        out: list[int] = []
+        eos = self._cg.vocab.eos_token_ids
+        while len(out) < limit and not probe._terminated:
+            words = probe._words()
+            if bitmask.count(words) != 1:
+                break
+            w = int(np.flatnonzero(words)[0])
+            token = w * 32 + int(words[w]).bit_length() - 1
+            if token in eos:
+                break
+            out.append(token)
+            probe.advance(token)
+        return out
+
+    # -- moves -----------------------------------------------------------------------------
+
+    def advance(self, token_id: int) -> None:
+        """Append one token; raises :class:`~gramgen.TokenRejected` if it is not allowed."""
+        position = len(self._tokens)
+        if self._terminated:
+            raise TokenRejected(token_id, position, "the matcher has already accepted EOS")
+        cg = self._cg
+        if token_id in cg.vocab.eos_token_ids:
+            if not self.is_accepting():
+                raise TokenRejected(token_id, position, "EOS before the text is complete")
+            self._bounds.append(len(self._chart))
+            self._tokens.append(token_id)
+            self._terminated = True
+            return
+        data = self._token_bytes(token_id)
+        if not data:
+            raise TokenRejected(token_id, position, "special or empty tokens are never allowed")
+        chart = self._chart
+        n = len(chart)
+        tables = self._tables
+        intern = cg.intern()
+        last = len(data) - 1
+        for i, b in enumerate(data):
+            s = tables.step(chart, b)
+            if s is None:
+                del chart[n:]
+                raise TokenRejected(token_id, position,
+                                    f"byte {i} of {data!r} leaves the language")
+            chart.append(s)
+            if s.items or i == last:
+                s.sig = tables.signature(chart, len(chart) - 1, intern)
+        self._bounds.append(n)
+        self._tokens.append(token_id)
+
+    def advance_many(self, token_ids: Iterable[int]) -> None:
+        """Advance each token in turn; on a rejection the earlier ones stay applied."""
+        for t in token_ids:
+            self.advance(int(t))
+
+    def rollback(self, n_tokens: int) -> None:
+        """Undo the last ``n_tokens`` advances."""
+        if n_tokens < 0 or n_tokens > len(self._tokens):
+            raise ValueError(f"cannot roll back {n_tokens} tokens; {len(self._tokens)} advanced")
+        if n_tokens == 0:
+            return
+        cut = self._bounds[-n_tokens]
+        del self._chart[cut:]
+        del self._bounds[-n_tokens:]
+        del self._tokens[-n_tokens:]
+        self._terminated = False
+
+    def fork(self) -> "Matcher":
+        """An independent matcher in the same state (shares the immutable sets)."""
+        other = Matcher.__new__(Matcher)
+        other._cg = self._cg
+        other._tables = self._tables
+        other._chart = list(self._chart)
+        other._bounds = list(self._bounds)
+        other._tokens = list(self._tokens)
+        other._terminated = self._terminated
+        return other
+
+    def reset(self) -> None:
+        self.rollback(len(self._tokens))
+
+    # -- mask computation ------------------------------------------------------------------
+
+    def _token_bytes(self, token_id: int) -> bytes:
+        vocab = self._cg.vocab
+        if token_id < 0 or token_id >= vocab.size or token_id in vocab.special_ids:
+            return b""
+        return vocab.token_bytes(token_id)
+
+    def _words(self) -> np.ndarray:
+        cg = self._cg
+        if self._terminated:
+            return np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
+        cur = self._chart[-1]
+        words = cg.cached_mask(cur.sig)
+        if words is None:
+            words = self._compute_words(cur)
+            cg.store_mask(cur.sig, words)
+        return words
+
+    def _compute_words(self, cur) -> np.ndarray:
+        cg = self._cg
+        tt = cg.token_table
+        words = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
+        exits = []
+        for k, q in cur.scans:
+            lt = cg.lexeme_tokens(k, q)
+            words |= lt.inside
+            if lt.exits.size:
+                exits.append(lt.exits)
+        if exits:
+            cands = exits[0] if len(exits) == 1 else np.unique(np.concatenate(exits))
+            ids = tt.rank_to_id[cands]
+            known = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
+            cands = cands[known == 0]
+            if cands.size:
+                found = self._walk_exits(cands.tolist())
+                bitmask.set_bits(words, tt.rank_to_id[np.array(found, dtype=np.int64)])
+        if self._tables.is_accepting(cur):
+            bitmask.set_bits(words, cg.eos_ids)
+        return words
+
+    def _walk_exits(self, ranks: list[int]) -> list[int]:
+        """Which of these tokens (byte-sorted ranks) the full parser accepts from here.
+
+        A depth-first walk over the implicit trie of the sorted token bytes: tokens that
+        share a prefix share the parser steps over it, and a dead prefix skips all of its
+        tokens with one bisection.
+        """
+        tt = self._cg.token_table
+        sorted_bytes = tt.sorted_bytes
+        tables = self._tables
+        chart = self._chart
+        base = len(chart)
+        found: list[int] = []
+        import bisect
+
+        def walk(lo: int, hi: int, depth: int) -> None:
+            allowed = tables.allowed_bytes(chart[-1])
+            i = lo
+            while i < hi:
+                r = ranks[i]
+                data = sorted_bytes[r]
+                if len(data) == depth:
+                    found.append(r)
+                    i += 1
+                    continue
+                b = data[depth]
+                end_rank = tt.prefix_end(data[: depth + 1], r)
+                j = bisect.bisect_left(ranks, end_rank, i, hi)
+                if (allowed >> b) & 1:
+                    s = tables.step(chart, b)
+                    if s is not None:
+                        chart.append(s)
+                        walk(i, j, depth + 1)
+                        chart.pop()
+                i = j
+
+        try:
+            walk(0, len(ranks), 0)
+        finally:
+            del chart[base:]
+        return found
