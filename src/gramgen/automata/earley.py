@@ -22,19 +22,29 @@ from ..errors import GrammarError
 from ..grammar.ir import GrammarIR
 
 END = -1  # item_next value of a completed item
+_EMPTY: frozenset = frozenset()
 
 
 class EarleySet:
-    """The parser state after one byte. ``sig`` identifies its future exactly (see below)."""
+    """The parser state after one byte. ``sig`` identifies its future exactly (see below).
 
-    __slots__ = ("items", "waiting", "scans", "sig", "next_bytes")
+    Only the *kernel* items (those not predicted at this position) are stored one by one;
+    what prediction adds is the same for the same set of predicted nonterminals, so it is
+    shared through a cached :class:`Prediction`.
+    """
 
-    def __init__(self, items, waiting, scans):
-        self.items = items      # set[(item, origin)] (empty between lexeme boundaries)
-        self.waiting = waiting  # symbol -> list[(item, origin)] whose dot is before symbol
+    __slots__ = ("items", "waiting", "pred", "scans", "sig", "next_bytes")
+
+    def __init__(self, items, waiting, pred, scans):
+        self.items = items      # set[(item, origin)]: kernel items (empty inside a lexeme)
+        self.waiting = waiting  # symbol -> list[(item, origin)]: kernel items before symbol
+        self.pred = pred        # symbol -> tuple[item]: predicted items (origin here) before symbol
         self.scans = scans      # (lexeme, dfa state) -> frozenset[origin]
         self.sig = None
         self.next_bytes = -1    # lazily: bit b set iff byte b can come next
+
+
+_NO_PRED: dict = {}
 
 
 class ParserTables:
@@ -98,6 +108,7 @@ class ParserTables:
         self.lex_first_bytes = [
             [sum(1 << b for b, t in enumerate(row) if t >= 0) for row in d.rows] for d in lex_dfas
         ]
+        self._predictions: dict = {}
 
     def _nullable(self, N: int, lex_nullable: list[bool]) -> list[bool]:
         """nullable[symbol] for every symbol code."""
@@ -116,17 +127,54 @@ class ParserTables:
 
     # -- building sets -------------------------------------------------------------------
 
+    def prediction(self, roots: frozenset) -> tuple[dict, tuple[int, ...]]:
+        """What predicting ``roots`` at a position adds: the predicted items grouped by the
+        symbol after their dot, and the lexemes that start there. Static, so cached."""
+        found = self._predictions.get(roots)
+        if found is not None:
+            return found
+        item_next, nullable, N = self.item_next, self.nullable, self.n_nonterminals
+        seen_nt = set(roots)
+        stack = list(roots)
+        items: set[int] = set()
+        while stack:
+            for first in self.rules_of[stack.pop()]:
+                i = first
+                while True:
+                    items.add(i)
+                    sym = item_next[i]
+                    if sym == END:
+                        break
+                    if sym < N and sym not in seen_nt:
+                        seen_nt.add(sym)
+                        stack.append(sym)
+                    if not nullable[sym]:
+                        break
+                    i += 1
+        by_sym: dict[int, list[int]] = {}
+        for i in sorted(items):
+            sym = item_next[i]
+            if sym != END:
+                by_sym.setdefault(sym, []).append(i)
+        pred = {sym: tuple(v) for sym, v in by_sym.items()}
+        lexemes = tuple(sym - N for sym in pred if sym >= N)
+        found = (pred, lexemes)
+        self._predictions[roots] = found
+        return found
+
     def initial_set(self) -> EarleySet:
-        return self._closure([], 0, [(f, 0) for f in self.rules_of[0]], {})
+        first = self.rules_of[0][0]
+        chart: list = []
+        s = self._closure(chart, 0, [(first, 0)], {})
+        return s
 
     def _closure(self, chart, j: int, agenda: list, scans: dict) -> EarleySet:
-        """Complete and predict from ``agenda`` into the set at position ``j``."""
+        """Complete from ``agenda`` (kernel items) and predict, into the set at ``j``."""
         items: set = set()
         waiting: dict = {}
-        predicted: set = set()
+        roots: set = set()
         item_next, item_lhs, nullable = self.item_next, self.item_lhs, self.nullable
         N = self.n_nonterminals
-        here = frozenset((j,))
         while agenda:
             entry = agenda.pop()
             if entry in items:
@@ -135,32 +183,36 @@ class ParserTables:
             it, origin = entry
             sym = item_next[it]
             if sym == END:
-                src = waiting if origin == j else chart[origin].waiting
-                for it2, o2 in src.get(item_lhs[it], ()):
-                    agenda.append((it2 + 1, o2))
+                if origin >= len(chart):  # only the start item, completed at position 0
+                    continue
+                lhs = item_lhs[it]
+                so = chart[origin]
+                w = so.waiting.get(lhs)
+                if w:
+                    agenda.extend([(it2 + 1, o2) for it2, o2 in w])
+                p = so.pred.get(lhs)
+                if p:
+                    agenda.extend([(it2 + 1, origin) for it2 in p])
                 continue
             w = waiting.get(sym)
             if w is None:
                 waiting[sym] = [entry]
             else:
                 w.append(entry)
-            if sym not in predicted:
-                predicted.add(sym)
-                if sym < N:
-                    for f in self.rules_of[sym]:
-                        agenda.append((f, j))
-                else:
-                    key = (sym - N, 0)
-                    prev = scans.get(key)
-                    scans[key] = here if prev is None else prev | here
+            roots.add(sym)
             if nullable[sym]:
                 agenda.append((it + 1, origin))
+        pred, lexemes = self.prediction(frozenset(s for s in roots if s < N)) if roots else (_NO_PRED, ())
         if items:
-            for k in self.ignore_lexemes:
+            here = frozenset((j,))
+            started = [s - N for s in roots if s >= N]
+            started.extend(lexemes)
+            started.extend(self.ignore_lexemes)
+            for k in started:
                 key = (k, 0)
                 prev = scans.get(key)
                 scans[key] = here if prev is None else prev | here
-        return EarleySet(items, waiting, scans)
+        return EarleySet(items, waiting, pred, scans)
 
     def step(self, chart: list, byte: int) -> EarleySet | None:
         """The set after ``byte``, or None if no parse survives it."""
@@ -184,13 +236,17 @@ class ParserTables:
                 else:
                     sym = N + k
                     for o in origins:
-                        w = chart[o].waiting.get(sym)
+                        so = chart[o]
+                        w = so.waiting.get(sym)
                         if w:
                             agenda.extend([(it + 1, o2) for it, o2 in w])
+                        p = so.pred.get(sym)
+                        if p:
+                            agenda.extend([(it + 1, o) for it in p])
         if not new_scans:
             return None
         if not agenda:
-            return EarleySet(frozenset(), {}, new_scans)
+            return EarleySet(_EMPTY, _NO_PRED, _NO_PRED, new_scans)
         return self._closure(chart, len(chart), agenda, new_scans)
 
     def allowed_bytes(self, s: EarleySet) -> int:

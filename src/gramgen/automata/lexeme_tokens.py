@@ -28,7 +28,8 @@ from .token_table import TokenTable
 @dataclass(frozen=True)
 class LexemeTokens:
     inside: np.ndarray  # packed uint32 mask of inside tokens (by token id)
-    exits: np.ndarray   # int64 ranks (ascending) of exit tokens that are not inside
+    exits: np.ndarray   # packed uint32 set of exit tokens that are not inside, by *rank*
+    n_exits: int
 
 
 def sink_table(transitions: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -64,5 +65,5 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
         exit_flag[idx[acc[st]]] = True
     by_id = np.zeros(tt.vocab_size, dtype=bool)
     by_id[tt.rank_to_id[inside]] = True
-    exits = np.flatnonzero(exit_flag & ~inside)
-    return LexemeTokens(inside=pack(by_id), exits=exits)
+    exits = exit_flag & ~inside
+    return LexemeTokens(inside=pack(by_id), exits=pack(exits), n_exits=int(exits.sum()))

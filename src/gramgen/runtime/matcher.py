@@ -191,14 +191,14 @@ class Matcher:
         cg = self._cg
         tt = cg.token_table
         words = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
-        exits = []
+        exits = None
         for k, q in cur.scans:
             lt = cg.lexeme_tokens(k, q)
             words |= lt.inside
-            if lt.exits.size:
-                exits.append(lt.exits)
-        if exits:
-            cands = exits[0] if len(exits) == 1 else np.unique(np.concatenate(exits))
+            if lt.n_exits:
+                exits = lt.exits.copy() if exits is None else np.bitwise_or(exits, lt.exits, out=exits)
+        if exits is not None:
+            cands = np.flatnonzero(bitmask.unpack(exits, len(tt.sorted_bytes)))
             ids = tt.rank_to_id[cands]
             known = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
             cands = cands[known == 0]
