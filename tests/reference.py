@@ -53,9 +53,11 @@ class ReferenceGrammar:
     def initial(self):
         return [self._close(set((r, 0, 0) for r in self.by_lhs.get("<START>", ())), [], 0)]
 
-    def _close(self, items: set, chart: list, pos: int) -> frozenset:
+    def _close(self, items: set, chart: list, pos: int):
+        """Earley predictor + completer; a set is (items, items indexed by next symbol)."""
         agenda = list(items)
-        done = set()
+        done: set = set()
+        waiting: dict = {}
         while agenda:
             it = agenda.pop()
             if it in done:
@@ -64,34 +66,32 @@ class ReferenceGrammar:
             r, dot, origin = it
             lhs, rhs = self.rules[r]
             if dot == len(rhs):
-                source = done if origin == pos else chart[origin]
-                for (r2, d2, o2) in list(source):
-                    rhs2 = self.rules[r2][1]
-                    if d2 < len(rhs2) and rhs2[d2] == lhs:
-                        agenda.append((r2, d2 + 1, o2))
+                source = waiting if origin == pos else chart[origin][1]
+                for (r2, d2, o2) in list(source.get(lhs, ())):
+                    agenda.append((r2, d2 + 1, o2))
                 continue
             sym = rhs[dot]
+            waiting.setdefault(sym, []).append(it)
             if isinstance(sym, str):
                 for r2 in self.by_lhs.get(sym, ()):
                     agenda.append((r2, 0, pos))
                 if sym in self.nullable:
                     agenda.append((r, dot + 1, origin))
-        return frozenset(done)
+        return (frozenset(done), waiting)
 
     def feed(self, chart: list, byte: int):
         """The chart extended by one byte, or None if no item survives."""
         moved = set()
-        for (r, dot, origin) in chart[-1]:
-            rhs = self.rules[r][1]
-            if dot < len(rhs) and isinstance(rhs[dot], int) and (rhs[dot] >> byte) & 1:
-                moved.add((r, dot + 1, origin))
+        for sym, its in chart[-1][1].items():
+            if isinstance(sym, int) and (sym >> byte) & 1:
+                moved.update((r, dot + 1, origin) for (r, dot, origin) in its)
         if not moved:
             return None
         return chart + [self._close(moved, chart, len(chart))]
 
     def accepting(self, chart: list) -> bool:
         return any(self.rules[r][0] == "<START>" and dot == len(self.rules[r][1]) and o == 0
-                   for (r, dot, o) in chart[-1])
+                   for (r, dot, o) in chart[-1][0])
 
     def run(self, data: bytes):
         chart = self.initial()

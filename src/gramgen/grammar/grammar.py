@@ -25,11 +25,14 @@ class Grammar:
                 f"{len(self.ir.lexemes)} lexemes)")
 
     @classmethod
-    def from_lark(cls, text: str, start: str = "start", *, source: str = "<lark>") -> "Grammar":
-        """A grammar in Lark's EBNF, as lark accepts it (see README for the semantics)."""
+    def from_lark(cls, text: str, start: str = "start", *, source: str = "<lark>",
+                  import_paths: tuple[str, ...] = ()) -> "Grammar":
+        """A grammar in Lark's EBNF, as lark accepts it (see README for the semantics).
+
+        ``import_paths``: folders searched by ``%import`` of grammar files."""
         from .lark import lark_to_ir
 
-        return cls(lark_to_ir(text, start=start, source=source))
+        return cls(lark_to_ir(text, start=start, source=source, import_paths=list(import_paths)))
 
     @classmethod
     def from_gbnf(cls, text: str, start: str = "root", *, source: str = "<gbnf>") -> "Grammar":

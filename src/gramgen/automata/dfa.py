@@ -1,0 +1,445 @@
+"""Lexeme regexes (:mod:`gramgen.grammar.ir`) compiled to minimal, trimmed byte DFAs.
+
+Pipeline: Thompson NFA over bytes (character classes enter as small UTF-8 automata, see
+:mod:`.utf8`) -> subset construction over byte equivalence classes -> trim -> Moore/Hopcroft
+minimization -> canonical renumbering. The result is *trimmed*: every state is reachable
+from the start and can reach acceptance, so "the DFA has a state after these bytes" means
+"these bytes are a viable prefix", which the parser relies on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable
+
+import numpy as np
+
+from ..errors import CompileLimitError
+from ..grammar.ir import Alt, ByteRanges, CharRanges, Regex, Repeat, Seq, normalize_ranges
+from .utf8 import EXIT, utf8_automaton
+
+NFA_STATES_PER_DFA_STATE = 20
+"""The NFA may have up to ``max(100_000, 20 * max_states)`` states before we give up."""
+
+_Edge = tuple[int, int, int]
+
+
+class ByteDFA:
+    """An immutable, trimmed, minimal DFA over bytes; state 0 is the start.
+
+    ``transitions[s, b]`` is the next state or -1 (no viable continuation). ``rows`` holds
+    the same table as Python lists because scalar stepping through lists is several times
+    faster than indexing numpy arrays; treat it as read-only.
+    """
+
+    __slots__ = ("transitions", "accepting", "rows", "n_states")
+
+    transitions: np.ndarray
+    accepting: np.ndarray
+    rows: list[list[int]]
+    n_states: int
+
+    def __init__(self, transitions: np.ndarray, accepting: np.ndarray):
+        transitions = np.array(transitions, dtype=np.int32).reshape(-1, 256)  # own copies
+        accepting = np.array(accepting, dtype=bool).reshape(-1)
+        if len(accepting) != len(transitions):
+            raise ValueError("transitions and accepting disagree on the number of states")
+        transitions.flags.writeable = False
+        accepting.flags.writeable = False
+        object.__setattr__(self, "transitions", transitions)
+        object.__setattr__(self, "accepting", accepting)
+        object.__setattr__(self, "rows", transitions.tolist())
+        object.__setattr__(self, "n_states", len(accepting))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ByteDFA is immutable")
+
+    def __reduce__(self):
+        return (ByteDFA, (self.transitions, self.accepting))
+
+    def __repr__(self) -> str:
+        return f"ByteDFA({self.n_states} states, nullable={self.nullable})"
+
+    def run(self, data: bytes, state: int = 0) -> int:
+        """The state after reading ``data`` from ``state``, or -1 once no prefix is viable."""
+        if state < 0 or state >= self.n_states:
+            return -1
+        rows = self.rows
+        for b in data:
+            state = rows[state][b]
+            if state < 0:
+                return -1
+        return state
+
+    def matches(self, data: bytes) -> bool:
+        s = self.run(data)
+        return s >= 0 and bool(self.accepting[s])
+
+    def is_live_prefix(self, data: bytes) -> bool:
+        """True when some continuation of ``data`` (possibly empty) is accepted."""
+        return self.run(data) >= 0
+
+    @property
+    def nullable(self) -> bool:
+        return self.n_states > 0 and bool(self.accepting[0])
+
+    @property
+    def is_empty(self) -> bool:
+        return self.n_states == 0
+
+
+def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
+    """The minimal trimmed byte DFA of ``rx``; identical input gives identical arrays.
+
+    Raises :class:`CompileLimitError` when the NFA or the determinized automaton would
+    exceed its budget (``max_states`` bounds the automaton *before* minimization, which
+    bounds the work, not just the result).
+    """
+    nfa = _NFA(max(100_000, NFA_STATES_PER_DFA_STATE * max_states))
+    nfa.check_size(rx)
+    start = nfa.state()
+    final = nfa.build(rx, start)
+    classes, class_of = _byte_classes(nfa.edges)
+    trans, accepting = _determinize(nfa, final, class_of, max_states)
+    trans, accepting = _trim(trans, accepting)
+    if not accepting:
+        return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+    trans, accepting = _minimize(trans, accepting)
+    trans, accepting = _renumber(trans, accepting)
+    table = np.array(trans, dtype=np.int32).reshape(len(trans), len(classes))
+    return ByteDFA(table[:, np.array(class_of, dtype=np.intp)], np.array(accepting, bool))
+
+
+# ---------------------------------------------------------------------------- NFA
+
+
+class _NFA:
+    """Thompson-style NFA: per state, epsilon targets and byte-range edges."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.eps: list[list[int]] = []
+        self.edges: list[list[_Edge]] = []
+
+    def state(self) -> int:
+        if len(self.eps) >= self.budget:
+            raise CompileLimitError(f"regex needs more than {self.budget} NFA states")
+        self.eps.append([])
+        self.edges.append([])
+        return len(self.eps) - 1
+
+    def check_size(self, rx: Regex) -> None:
+        """Estimate the NFA size up front so huge counted repeats fail fast."""
+        memo: dict[int, int] = {}
+
+        def size(r: Regex) -> int:
+            key = id(r)
+            if key in memo:
+                return memo[key]
+            if isinstance(r, CharRanges):
+                n = len(utf8_automaton(normalize_ranges(r.ranges)))
+            elif isinstance(r, ByteRanges):
+                n = 1
+            elif isinstance(r, (Seq, Alt)):
+                n = 1 + sum(size(i) for i in r.items)
+            elif isinstance(r, Repeat):
+                copies = r.max if r.max is not None else r.min + 1
+                n = 2 + copies * (size(r.item) + 1) if copies else 1
+            else:
+                raise TypeError(f"not a regex node: {r!r}")
+            memo[key] = n
+            return n
+
+        try:
+            total = size(rx)
+        except RecursionError:
+            raise CompileLimitError("regex is nested too deeply") from None
+        if total > self.budget:
+            raise CompileLimitError(
+                f"regex needs about {total} NFA states, more than the limit of {self.budget}")
+
+    def build(self, rx: Regex, src: int) -> int:
+        """Add ``rx`` starting at ``src``; return the state reached after matching it.
+
+        Loops only ever return to a fresh loop-head state, so attaching several
+        constructs to one source state cannot create paths the regex does not have.
+        """
+        if isinstance(rx, CharRanges):
+            return self._chars(rx, src)
+        if isinstance(rx, ByteRanges):
+            dst = self.state()
+            for lo, hi in normalize_ranges(rx.ranges):
+                lo, hi = max(lo, 0), min(hi, 255)
+                if lo <= hi:
+                    self.edges[src].append((lo, hi, dst))
+            return dst
+        if isinstance(rx, Seq):
+            for item in rx.items:
+                src = self.build(item, src)
+            return src
+        if isinstance(rx, Alt):
+            dst = self.state()
+            for item in rx.items:
+                self.eps[self.build(item, src)].append(dst)
+            return dst
+        if isinstance(rx, Repeat):
+            return self._repeat(rx, src)
+        raise TypeError(f"not a regex node: {rx!r}")
+
+    def _chars(self, rx: CharRanges, src: int) -> int:
+        automaton = utf8_automaton(normalize_ranges(rx.ranges))
+        dst = self.state()
+        ids = [src] + [self.state() for _ in range(len(automaton) - 1)]
+        for i, edges in enumerate(automaton):
+            out = self.edges[ids[i]]
+            for lo, hi, target in edges:
+                out.append((lo, hi, dst if target == EXIT else ids[target]))
+        return dst
+
+    def _repeat(self, rx: Repeat, src: int) -> int:
+        lo, hi = rx.min, rx.max
+        if hi is not None and hi < lo:
+            dst = self.state()  # matches nothing: an unreachable exit
+            return dst
+        for _ in range(lo):
+            src = self.build(rx.item, src)
+        if hi is None:
+            head = self.state()
+            self.eps[src].append(head)
+            self.eps[self.build(rx.item, head)].append(head)
+            return head
+        if hi == lo:
+            return src
+        dst = self.state()
+        for _ in range(hi - lo):
+            self.eps[src].append(dst)
+            src = self.build(rx.item, src)
+        self.eps[src].append(dst)
+        return dst
+
+
+def _byte_classes(edges: list[list[_Edge]]) -> tuple[list[tuple[int, int]], list[int]]:
+    """Partition 0..255 into intervals that no edge distinguishes."""
+    cuts = {0, 256}
+    for out in edges:
+        for lo, hi, _ in out:
+            cuts.add(lo)
+            cuts.add(hi + 1)
+    bounds = sorted(cuts)
+    classes = [(bounds[i], bounds[i + 1] - 1) for i in range(len(bounds) - 1)]
+    class_of = [0] * 256
+    for ci, (lo, hi) in enumerate(classes):
+        for b in range(lo, hi + 1):
+            class_of[b] = ci
+    return classes, class_of
+
+
+# ------------------------------------------------------------------ determinize
+
+
+def _determinize(nfa: _NFA, final: int, class_of: list[int],
+                 max_states: int) -> tuple[list[list[int]], list[bool]]:
+    """Subset construction over byte classes; DFA states are sets of NFA states that
+    have byte edges (plus the final state), which merges subsets differing only in
+    epsilon-only states."""
+    n_classes = max(class_of) + 1
+    cedges = [[(class_of[lo], class_of[hi], t) for lo, hi, t in out] for out in nfa.edges]
+    eps = nfa.eps
+    ids: dict[frozenset[int], int] = {}
+    order: list[frozenset[int]] = []
+    closed: dict[frozenset[int], int] = {}
+    work_budget = 500 * max(max_states, 1000)  # epsilon-closure steps
+    work = 0
+
+    def state_of(seeds: Iterable[int]) -> int:
+        nonlocal work
+        seed_key = frozenset(seeds)
+        sid = closed.get(seed_key)
+        if sid is not None:
+            return sid
+        seen = set(seed_key)
+        stack = list(seed_key)
+        while stack:
+            for t in eps[stack.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        work += len(seen)
+        if work > work_budget:
+            raise CompileLimitError("regex is too expensive to determinize")
+        key = frozenset(s for s in seen if cedges[s] or s == final)
+        if not key:
+            sid = -1
+        else:
+            sid = ids.get(key, -2)
+            if sid == -2:
+                if len(order) >= max_states:
+                    raise CompileLimitError(f"regex DFA exceeds max_states={max_states}")
+                sid = ids[key] = len(order)
+                order.append(key)
+        closed[seed_key] = sid
+        return sid
+
+    state_of([0])
+    trans: list[list[int]] = []
+    accepting: list[bool] = []
+    i = 0
+    while i < len(order):
+        members = order[i]
+        i += 1
+        accepting.append(final in members)
+        row = [-1] * n_classes
+        events: list[tuple[int, int, int]] = []
+        for s in members:
+            for c0, c1, t in cedges[s]:
+                events.append((c0, 1, t))
+                events.append((c1 + 1, -1, t))
+        events.sort()
+        active: dict[int, int] = {}
+        prev = 0
+        k = 0
+        while k < len(events):
+            pos = events[k][0]
+            if active and pos > prev:
+                sid = state_of(active)
+                if sid >= 0:
+                    for c in range(prev, pos):
+                        row[c] = sid
+            while k < len(events) and events[k][0] == pos:
+                _, delta, t = events[k]
+                count = active.get(t, 0) + delta
+                if count:
+                    active[t] = count
+                else:
+                    del active[t]
+                k += 1
+            prev = pos
+        trans.append(row)
+    return trans, accepting
+
+
+# ---------------------------------------------------------------- trim/minimize
+
+
+def _trim(trans: list[list[int]], accepting: list[bool]) -> tuple[list[list[int]], list[bool]]:
+    """Drop states that cannot reach acceptance (all states are already reachable)."""
+    n = len(trans)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for s, row in enumerate(trans):
+        for t in set(row):
+            if t >= 0:
+                preds[t].append(s)
+    live = [False] * n
+    queue = deque(s for s in range(n) if accepting[s])
+    for s in queue:
+        live[s] = True
+    while queue:
+        for p in preds[queue.popleft()]:
+            if not live[p]:
+                live[p] = True
+                queue.append(p)
+    if not n or not live[0]:
+        return [], []
+    # Keep indices (start stays 0); cut edges into dead states; unreachable dead states
+    # are removed by renumbering later.
+    new_trans = [[t if t >= 0 and live[t] else -1 for t in row] for row in trans]
+    return new_trans, list(accepting)
+
+
+MOORE_ROUNDS = 32
+
+
+def _minimize(trans: list[list[int]], accepting: list[bool]) -> tuple[list[list[int]], list[bool]]:
+    """The quotient by Myhill-Nerode equivalence; the start stays state 0.
+
+    Moore's refinement, vectorized with numpy, converges in a few rounds for typical
+    lexemes however wide their byte alphabet; long chains (``a{1000}``) need as many
+    rounds as states, so after :data:`MOORE_ROUNDS` we finish with Hopcroft's algorithm.
+    """
+    block, done = _moore(trans, accepting)
+    if not done:
+        block = _hopcroft(trans, block)
+    firsts: dict[int, int] = {}
+    for s, b in enumerate(block):
+        firsts.setdefault(b, s)
+    order = sorted(firsts, key=firsts.__getitem__)  # block of state 0 first
+    new_id = {b: i for i, b in enumerate(order)}
+    out_trans = [[new_id[block[t]] if t >= 0 else -1 for t in trans[firsts[b]]] for b in order]
+    return out_trans, [accepting[firsts[b]] for b in order]
+
+
+def _moore(trans: list[list[int]], accepting: list[bool]) -> tuple[list[int], bool]:
+    n = len(trans)
+    table = np.array(trans, dtype=np.int32).reshape(n, -1)
+    table[table < 0] = n  # -1 becomes an extra "block" below
+    block = np.array(accepting, dtype=np.int32)
+    count = len(set(accepting))
+    for _ in range(MOORE_ROUNDS):
+        ext = np.append(block, np.int32(-1))
+        sig = np.ascontiguousarray(np.column_stack([block, ext[table]]))
+        rows = sig.view(np.dtype((np.void, sig.dtype.itemsize * sig.shape[1]))).ravel()
+        uniq, new = np.unique(rows, return_inverse=True)
+        block = new.reshape(-1).astype(np.int32)
+        if len(uniq) == count:
+            return block.tolist(), True
+        count = len(uniq)
+    return block.tolist(), False
+
+
+def _hopcroft(trans: list[list[int]], block_of: list[int]) -> list[int]:
+    """Refine the partition ``block_of`` to the coarsest stable one.
+
+    The DFA is partial (no sink), so every initial block starts in the worklist
+    (Valmari & Lehtinen); splitting only follows real edges.
+    """
+    n = len(trans)
+    inv: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for s, row in enumerate(trans):
+        for c, t in enumerate(row):
+            if t >= 0:
+                inv[t].append((c, s))
+    ids = {b: i for i, b in enumerate(dict.fromkeys(block_of))}
+    block_of = [ids[b] for b in block_of]
+    blocks: list[set[int]] = [set() for _ in ids]
+    for s, b in enumerate(block_of):
+        blocks[b].add(s)
+    work = set(range(len(blocks)))
+    while work:
+        by_class: dict[int, list[int]] = {}
+        for t in blocks[work.pop()]:
+            for c, s in inv[t]:
+                by_class.setdefault(c, []).append(s)
+        for preds in by_class.values():
+            touched: dict[int, list[int]] = {}
+            for s in preds:
+                touched.setdefault(block_of[s], []).append(s)
+            for b, members in touched.items():
+                if len(members) == len(blocks[b]):
+                    continue
+                new = len(blocks)
+                part = set(members)
+                blocks[b] -= part
+                blocks.append(part)
+                for s in part:
+                    block_of[s] = new
+                if b in work:
+                    work.add(new)
+                else:
+                    work.add(new if len(part) <= len(blocks[b]) else b)
+    return block_of
+
+
+def _renumber(trans: list[list[int]], accepting: list[bool]) -> tuple[list[list[int]], list[bool]]:
+    """Breadth-first numbering from state 0 in byte order: a canonical form, and it
+    drops states not reachable from the start."""
+    new_id = {0: 0}
+    order = [0]
+    i = 0
+    while i < len(order):
+        for t in trans[order[i]]:
+            if t >= 0 and t not in new_id:
+                new_id[t] = len(order)
+                order.append(t)
+        i += 1
+    return ([[new_id[t] if t >= 0 else -1 for t in trans[old]] for old in order],
+            [accepting[old] for old in order])

@@ -1,0 +1,400 @@
+"""Language-preserving rewrites of a :class:`GrammarIR`.
+
+Character-level grammars (GBNF, hand-written Lark) put one lexeme per character and one
+helper rule per ``*``; the parser then does per-byte Earley work that a DFA could do.
+:func:`collapse_regular` folds every non-recursive part of the grammar into lexemes so the
+CFG parser only sees the genuinely recursive structure.
+
+Lexemes here are never nullable: :func:`split_nullable_lexemes` moves the empty string out
+of a lexeme into the rules (an empty-width token is ambiguous for a lexer and pointless to
+mask on), so a tokenizer-driven engine never has to place a zero-length lexeme.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from .ir import (EMPTY, NOTHING, Alt, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule, Seq,
+                 normalize_ranges)
+
+__all__ = ["collapse_regular", "split_nullable_lexemes", "nullable", "without_empty", "regex_size",
+           "seq", "alt", "is_nothing"]
+
+
+# --------------------------------------------------------------------------------------
+# Regex helpers
+
+
+def is_nothing(rx: Regex) -> bool:
+    """Whether ``rx`` is the empty language in normal form (an empty class or ``Alt(())``).
+
+    Shallow on purpose: the constructors below keep their results normalized, and a
+    deeper empty language left unreduced is still correct, just larger.
+    """
+    if isinstance(rx, (CharRanges, ByteRanges)):
+        return not rx.ranges
+    return isinstance(rx, Alt) and not rx.items
+
+
+def _as_repeat(rx: Regex) -> Repeat:
+    return rx if isinstance(rx, Repeat) else Repeat(rx, 1, 1)
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
+
+
+def _merge_repeats(x: Regex, y: Regex) -> Regex | None:
+    """``x y`` as one Repeat when both repeat the same regex (``a a*`` -> ``a+``)."""
+    rx, ry = _as_repeat(x), _as_repeat(y)
+    if rx.item != ry.item:
+        return None
+    return Repeat(rx.item, rx.min + ry.min, _add(rx.max, ry.max))
+
+
+def seq(items: Iterable[Regex]) -> Regex:
+    """Concatenation, flattened, with adjacent repeats of one regex merged.
+
+    Merging keeps the regexes of bounded repetitions (``x{0,n}`` lowered to a chain of
+    rules) shallow: ``x x{0,2}`` becomes ``x{1,3}`` instead of a nested tree.
+    """
+    out: list[Regex] = []
+    for it in items:
+        for sub in (it.items if isinstance(it, Seq) else (it,)):
+            if is_nothing(sub):
+                return NOTHING
+            if out and (isinstance(sub, Repeat) or isinstance(out[-1], Repeat) or sub == out[-1]):
+                merged = _merge_repeats(out[-1], sub)
+                if merged is not None:
+                    out[-1] = merged
+                    continue
+            out.append(sub)
+    return out[0] if len(out) == 1 else Seq(tuple(out))
+
+
+def alt(items: Iterable[Regex]) -> Regex:
+    """Alternation, flattened; single-character branches merge into one class and an
+    empty branch turns the rest into ``(...)?``."""
+    out: list[Regex] = []
+    chars: list[tuple[int, int]] = []
+    char_at = -1
+    seen: set[Regex] = set()
+    has_empty = False
+    for it in items:
+        for sub in (it.items if isinstance(it, Alt) else (it,)):
+            if sub == EMPTY:
+                has_empty = True
+            elif isinstance(sub, CharRanges):
+                if char_at < 0:
+                    char_at = len(out)
+                    out.append(sub)
+                chars.extend(sub.ranges)
+            elif not is_nothing(sub) and sub not in seen:
+                seen.add(sub)
+                out.append(sub)
+    if char_at >= 0:
+        out[char_at] = CharRanges(normalize_ranges(chars))
+    body = out[0] if len(out) == 1 else Alt(tuple(out))
+    if not has_empty or nullable(body):
+        return body
+    if not out:
+        return EMPTY
+    if isinstance(body, Repeat) and body.min == 1:
+        return Repeat(body.item, 0, body.max)
+    return Repeat(body, 0, 1)
+
+
+def nullable(rx: Regex) -> bool:
+    """Whether ``rx`` matches the empty string."""
+    if isinstance(rx, Seq):
+        return all(nullable(i) for i in rx.items)
+    if isinstance(rx, Alt):
+        return any(nullable(i) for i in rx.items)
+    if isinstance(rx, Repeat):
+        return rx.min == 0 or nullable(rx.item)
+    return False
+
+
+def without_empty(rx: Regex) -> Regex:
+    """A regex for the language of ``rx`` minus the empty string."""
+    if not nullable(rx):
+        return rx
+    if isinstance(rx, Alt):
+        return alt(without_empty(i) for i in rx.items)
+    if isinstance(rx, Seq):
+        # ne(a b...) = ne(a) b... | ne(b...)   (a is nullable here)
+        if not rx.items:
+            return NOTHING
+        head, tail = rx.items[0], seq(rx.items[1:])
+        return alt([seq([without_empty(head), tail]), without_empty(tail)])
+    if isinstance(rx, Repeat):
+        inner = without_empty(rx.item)
+        if is_nothing(inner) or rx.max == 0:
+            return NOTHING
+        # a non-empty word of x{m,n} starts (after dropping empty factors) with a non-empty x
+        rest_max = None if rx.max is None else rx.max - 1
+        rest = Repeat(rx.item, max(rx.min - 1, 0), rest_max)
+        if rest_max == 0:
+            return inner
+        return seq([inner, rest])
+    raise TypeError(f"unexpected regex node {rx!r}")  # pragma: no cover
+
+
+def regex_size(rx: Regex) -> int:
+    """Number of AST nodes, counting shared subtrees once per use (what compiling costs)."""
+    return _measure(rx, {})[0]
+
+
+def _measure(rx: Regex, memo: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """(size, depth) of ``rx``; ``memo`` is keyed by node identity."""
+    key = id(rx)
+    if key not in memo:
+        if isinstance(rx, (Seq, Alt)):
+            parts = [_measure(i, memo) for i in rx.items]
+            memo[key] = (1 + sum(p[0] for p in parts), 1 + max((p[1] for p in parts), default=0))
+        elif isinstance(rx, Repeat):
+            size, depth = _measure(rx.item, memo)
+            memo[key] = (size + 1, depth + 1)
+        else:
+            memo[key] = (1, 1)
+    return memo[key]
+
+
+# --------------------------------------------------------------------------------------
+# Grammar helpers
+
+
+class _Names:
+    """Fresh names that clash with nothing already used."""
+
+    def __init__(self, used: Iterable[str]):
+        self.used = set(used)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name = f"{base}~{k}"
+            k += 1
+        self.used.add(name)
+        return name
+
+
+def _prune(ir: GrammarIR, rules: list[Rule], lexemes: dict[str, Regex]) -> GrammarIR:
+    """Keep what the start symbol and the ignored lexemes reach."""
+    by_lhs: dict[str, list[Rule]] = defaultdict(list)
+    for r in rules:
+        by_lhs[r.lhs].append(r)
+    seen = {ir.start, *ir.ignore}
+    todo = [ir.start]
+    while todo:
+        for r in by_lhs.get(todo.pop(), ()):
+            for s in r.rhs:
+                if s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+    out_rules, dup = [], set()
+    for r in rules:
+        if r.lhs in seen and r not in dup:
+            dup.add(r)
+            out_rules.append(r)
+    out_lex = {k: v for k, v in lexemes.items() if k in seen}
+    return GrammarIR(rules=out_rules, lexemes=out_lex, start=ir.start, ignore=ir.ignore,
+                     source=ir.source, meta=dict(ir.meta))
+
+
+def split_nullable_lexemes(ir: GrammarIR) -> GrammarIR:
+    """Rewrite each nullable lexeme ``L`` into a rule ``L -> L' | ε`` with a non-nullable ``L'``.
+
+    Ignored lexemes just lose their empty match (an empty ignore is a no-op).
+    """
+    bad = [n for n, rx in ir.lexemes.items() if nullable(rx)]
+    if not bad:
+        return ir
+    names = _Names([*ir.lexemes, *(r.lhs for r in ir.rules)])
+    lexemes = dict(ir.lexemes)
+    rules = list(ir.rules)
+    ignore = list(ir.ignore)
+    for name in bad:
+        ne = without_empty(lexemes.pop(name))
+        if name in ignore:
+            ignore.remove(name)
+            if not is_nothing(ne):
+                lexemes[name] = ne
+                ignore.append(name)
+            # the ignored lexeme may also be used by rules: give those the nullable view
+            used = any(name in r.rhs for r in rules)
+            if not used:
+                continue
+            rule_name = names.fresh(f"{name}?")
+            rules = [Rule(r.lhs, tuple(rule_name if s == name else s for s in r.rhs)) for r in rules]
+            rules.append(Rule(rule_name, ()))
+            if not is_nothing(ne):
+                rules.append(Rule(rule_name, (name,)))
+            continue
+        rules.append(Rule(name, ()))
+        if not is_nothing(ne):
+            new = names.fresh(f"{name}+")
+            lexemes[new] = ne
+            rules.append(Rule(name, (new,)))
+    out = GrammarIR(rules=rules, lexemes=lexemes, start=ir.start, ignore=tuple(ignore),
+                    source=ir.source, meta=dict(ir.meta))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# collapse_regular
+
+
+def _sccs(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components, iteratively; leaves come first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for nxt in it:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                out.append(comp)
+    return out
+
+
+def _rule_regex(name: str, bodies: list[tuple[str, ...]], sym_rx) -> Regex | None:
+    """The regex of ``name`` if its only recursion is linear self-recursion, else None.
+
+    ``N -> N a | b N | c`` derives ``b* c a*``: the left-recursive helpers a frontend
+    generates for ``*`` and ``+`` fold into a ``Repeat``.
+    """
+    base, left, right = [], [], []
+    for body in bodies:
+        count = body.count(name)
+        if count == 0:
+            base.append(body)
+        elif count == 1 and body[0] == name:
+            if len(body) > 1:
+                left.append(body[1:])
+        elif count == 1 and body[-1] == name:
+            right.append(body[:-1])
+        else:
+            return None
+
+    def body_rx(body: tuple[str, ...]) -> Regex:
+        return seq(sym_rx(s) for s in body)
+
+    core = alt(body_rx(b) for b in base)
+    parts: list[Regex] = []
+    if right:
+        parts.append(Repeat(alt(body_rx(b) for b in right), 0, None))
+    parts.append(core)
+    if left:
+        parts.append(Repeat(alt(body_rx(b) for b in left), 0, None))
+    return seq(parts)
+
+
+#: Deeper regexes stay rules: the recursive walks over the AST (here and in the DFA
+#: compiler) must stay far from Python's recursion limit.
+MAX_REGEX_DEPTH = 200
+
+
+def _too_big(rx: Regex, max_nodes: int) -> bool:
+    size, depth = _measure(rx, {})
+    return size > max_nodes or depth > MAX_REGEX_DEPTH
+
+
+def collapse_regular(ir: GrammarIR, max_regex_nodes: int = 5000) -> GrammarIR:
+    """Replace every non-recursive nonterminal by one lexeme; the language is unchanged.
+
+    Only sound without ``ignore`` (an ignored lexeme may sit between the lexemes that a
+    collapsed rule would glue together), so such grammars are returned unchanged. A rule
+    whose regex would exceed ``max_regex_nodes`` AST nodes stays a rule. The start symbol
+    stays a rule (``start -> LEXEME`` when it collapses).
+    """
+    if ir.ignore:
+        return ir
+    bodies: dict[str, list[tuple[str, ...]]] = defaultdict(list)
+    for r in ir.rules:
+        bodies[r.lhs].append(r.rhs)
+    graph = {n: sorted({s for b in bs for s in b if s in bodies}) for n, bs in bodies.items()}
+
+    regex_of: dict[str, Regex] = {}
+
+    def sym_rx(s: str) -> Regex:
+        return ir.lexemes[s] if s in ir.lexemes else regex_of[s]
+
+    for comp in _sccs(graph):
+        if len(comp) != 1:
+            continue
+        (name,) = comp
+        deps = [d for d in graph[name] if d != name]
+        if any(d not in regex_of for d in deps):
+            continue
+        if any(s not in ir.lexemes and s not in bodies for b in bodies[name] for s in b):
+            continue  # undefined symbol: leave it for validate() to report
+        try:
+            rx = _rule_regex(name, bodies[name], sym_rx)
+            too_big = rx is None or _too_big(rx, max_regex_nodes)
+        except RecursionError:
+            too_big = True
+        if not too_big:
+            regex_of[name] = rx
+
+    if not regex_of:
+        return ir
+    names = _Names([*ir.lexemes, *bodies])
+    lexemes = dict(ir.lexemes)
+    replaced: dict[str, list[Rule]] = {}
+    for name, rx in regex_of.items():
+        if name != ir.start and not nullable(rx):
+            lexemes[name] = rx  # the rule's name is free now: reuse it for its lexeme
+            replaced[name] = []
+            continue
+        # the start symbol, and nullable ones (lexemes never match ""), stay small rules
+        ne = without_empty(rx)
+        new = [Rule(name, ())] if nullable(rx) else []
+        if not is_nothing(ne) or not new:  # an empty start language still needs a rule
+            lex = names.fresh(f"{name}+" if nullable(rx) else f"{name}:lexeme")
+            lexemes[lex] = ne
+            new.append(Rule(name, (lex,)))
+        replaced[name] = new
+    rules: list[Rule] = []
+    for r in ir.rules:
+        if r.lhs not in regex_of:
+            rules.append(r)
+        elif r.lhs in replaced:
+            rules.extend(replaced.pop(r.lhs))  # emitted once, where the rule first was
+    return _prune(ir, rules, lexemes)

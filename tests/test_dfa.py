@@ -1,0 +1,296 @@
+"""Byte DFA construction: exact sizes, UTF-8 validity, trimming, limits, determinism."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections import deque
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gramgen.automata.dfa import ByteDFA, compile_regex
+from gramgen.automata.utf8 import encode_sequences, utf8_automaton
+from gramgen.errors import CompileLimitError
+from gramgen.grammar.ir import (EMPTY, NOTHING, Alt, ByteRanges, CharRanges, Repeat, Seq,
+                                byte_literal, literal)
+from gramgen.grammar.regex import parse_regex
+
+UNIVERSE = ((0, 0xD7FF), (0xE000, 0x10FFFF))
+JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"'
+JSON_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+PY_LONG_STRING = r'(?s)"""(?:[^"\\]|\\.|""?(?:[^"\\]|\\.))*"""'
+
+
+def dfa(pattern: str, flags: int | str = 0) -> ByteDFA:
+    return compile_regex(parse_regex(pattern, flags))
+
+
+def all_codepoint_matches(d: ByteDFA) -> np.ndarray:
+    """bool per code point (surrogates False): does ``d`` accept its UTF-8 encoding?
+
+    Vectorized stepping so the whole code space is checked in well under a second."""
+    cps = np.arange(0x110000, dtype=np.int64)
+    out = np.zeros(0x110000, dtype=bool)
+    table = np.vstack([d.transitions, np.full((1, 256), -1, np.int32)]).astype(np.int64)
+    dead = d.n_states
+    table[table < 0] = dead
+    accepting = np.append(d.accepting, False)
+    for lo, hi, n in ((0, 0x7F, 1), (0x80, 0x7FF, 2), (0x800, 0xFFFF, 3), (0x10000, 0x10FFFF, 4)):
+        c = cps[lo:hi + 1]
+        c = c[(c < 0xD800) | (c > 0xDFFF)]
+        if n == 1:
+            enc = [c]
+        else:
+            lead = (0xC0, 0xE0, 0xF0)[n - 2] | (c >> (6 * (n - 1)))
+            enc = [lead] + [0x80 | ((c >> (6 * k)) & 0x3F) for k in range(n - 2, -1, -1)]
+        state = np.zeros(len(c), dtype=np.int64) if d.n_states else np.full(len(c), dead)
+        for byte in enc:
+            state = table[state, byte]
+        out[c] = accepting[state]
+    return out
+
+
+def is_trimmed(d: ByteDFA) -> bool:
+    n = d.n_states
+    seen = {0} if n else set()
+    queue = deque(seen)
+    while queue:
+        for t in set(d.rows[queue.popleft()]):
+            if t >= 0 and t not in seen:
+                seen.add(t)
+                queue.append(t)
+    preds: dict[int, set[int]] = {}
+    for s in range(n):
+        for t in set(d.rows[s]):
+            preds.setdefault(t, set()).add(s)
+    live = {s for s in range(n) if d.accepting[s]}
+    queue = deque(live)
+    while queue:
+        for p in preds.get(queue.popleft(), ()):
+            if p not in live:
+                live.add(p)
+                queue.append(p)
+    return seen == set(range(n)) == live
+
+
+# ----------------------------------------------------------------- exact results
+
+
+@pytest.mark.parametrize("pattern, n_states", [
+    ("ab|ac", 3),
+    ("a*", 1),
+    ("", 1),
+    ("a", 2),
+    ("abc", 4),
+    ("(?:a|b)*abb", 4),
+    ("a{2,4}", 5),
+    ("[ab]{3}", 4),
+    ("[^\"\\\\]", 9),       # any other code point: start, 4 lead kinds, 3 tails, final
+    (".", 9),
+    ("é", 3),
+    ("\U0001F600", 5),
+    ("(?:ab)+", 3),
+])
+def test_exact_state_counts(pattern, n_states):
+    d = dfa(pattern)
+    assert d.n_states == n_states
+    assert is_trimmed(d)
+
+
+def test_ab_ac_table():
+    d = dfa("ab|ac")
+    assert d.rows[0][ord("a")] == 1
+    assert d.rows[1][ord("b")] == d.rows[1][ord("c")] == 2
+    assert sum(t >= 0 for row in d.rows for t in row) == 3
+    assert d.accepting.tolist() == [False, False, True]
+    assert not d.nullable and not d.is_empty
+
+
+def test_empty_and_nothing():
+    e = compile_regex(EMPTY)
+    assert e.n_states == 1 and e.nullable and e.matches(b"") and not e.matches(b"a")
+    for rx in (NOTHING, CharRanges(()), Seq((literal("a"), NOTHING)), Repeat(NOTHING, 1, 3)):
+        d = compile_regex(rx)
+        assert d.is_empty and d.n_states == 0 and d.transitions.shape == (0, 256)
+        assert not d.matches(b"") and not d.is_live_prefix(b"")
+    assert compile_regex(Repeat(NOTHING, 0, 3)).matches(b"")
+    assert compile_regex(CharRanges(((0xD800, 0xDFFF),))).is_empty  # surrogates only
+
+
+def test_arrays_are_consistent_and_immutable():
+    d = dfa(JSON_STRING)
+    assert d.transitions.dtype == np.int32 and d.transitions.shape == (d.n_states, 256)
+    assert d.accepting.dtype == bool and d.accepting.shape == (d.n_states,)
+    assert d.rows == d.transitions.tolist()
+    with pytest.raises(ValueError):
+        d.transitions[0, 0] = 5
+    with pytest.raises(AttributeError):
+        d.n_states = 3
+
+
+def test_pickle_roundtrip():
+    import pickle
+
+    d = dfa(JSON_NUMBER)
+    e = pickle.loads(pickle.dumps(d))
+    assert np.array_equal(d.transitions, e.transitions) and e.rows == d.rows
+    assert e.matches(b"-1.5e3") and not e.transitions.flags.writeable
+
+
+def test_deterministic_and_canonical():
+    a, b = dfa(JSON_STRING), dfa(JSON_STRING)
+    assert np.array_equal(a.transitions, b.transitions)
+    assert np.array_equal(a.accepting, b.accepting)
+    # equivalent regexes give the identical (canonical) automaton
+    for p, q in [("(a|b)*", "[ab]*"), ("a(?:ba)*", "(?:ab)*a"), ("x{2,3}", "xxx?"), (r"\d+", r"\d\d*")]:
+        assert np.array_equal(dfa(p).transitions, dfa(q).transitions), (p, q)
+
+
+def test_byte_ranges_are_raw_bytes():
+    d = compile_regex(Seq((byte_literal(b"\xff\x00"), Repeat(ByteRanges(((0x80, 0xBF),)), 0, None))))
+    assert d.matches(b"\xff\x00") and d.matches(b"\xff\x00\x80\xbf")
+    assert not d.matches(b"\xff") and not d.matches(b"\xff\x00\xc0")
+    mixed = compile_regex(Alt((literal("é"), ByteRanges(((0xC3, 0xC3),)))))
+    assert mixed.matches("é".encode()) and mixed.matches(b"\xc3") and not mixed.matches(b"\xa9")
+
+
+# ------------------------------------------------------------------------- UTF-8
+
+
+def test_utf8_sequences_of_everything():
+    seqs = encode_sequences(UNIVERSE)
+    assert [[(hex(a), hex(b)) for a, b in s] for s in seqs] == [
+        [("0x0", "0x7f")],
+        [("0xc2", "0xdf"), ("0x80", "0xbf")],
+        [("0xe0", "0xe0"), ("0xa0", "0xbf"), ("0x80", "0xbf")],
+        [("0xe1", "0xec"), ("0x80", "0xbf"), ("0x80", "0xbf")],
+        [("0xed", "0xed"), ("0x80", "0x9f"), ("0x80", "0xbf")],
+        [("0xee", "0xef"), ("0x80", "0xbf"), ("0x80", "0xbf")],
+        [("0xf0", "0xf0"), ("0x90", "0xbf"), ("0x80", "0xbf"), ("0x80", "0xbf")],
+        [("0xf1", "0xf3"), ("0x80", "0xbf"), ("0x80", "0xbf"), ("0x80", "0xbf")],
+        [("0xf4", "0xf4"), ("0x80", "0x8f"), ("0x80", "0xbf"), ("0x80", "0xbf")],
+    ]
+    assert len(utf8_automaton(((0x20AC, 0x20AC),))) == 3  # € = E2 82 AC
+
+
+@pytest.mark.parametrize("ranges", [
+    UNIVERSE,
+    ((0x41, 0x5A), (0x61, 0x7A)),
+    ((0x7F, 0x80), (0x7FF, 0x800), (0xFFFF, 0x10000), (0x10FFFF, 0x10FFFF)),
+    ((0xD7FF, 0xE000),),              # straddles the surrogates
+    ((0x3B1, 0x3C9), (0x4E00, 0x9FFF), (0x1F600, 0x1F64F)),
+    ((0x100, 0x1234), (0x5678, 0x12345), (0x54321, 0x10FFFE)),
+])
+def test_charranges_exact_over_all_codepoints(ranges):
+    got = all_codepoint_matches(compile_regex(CharRanges(ranges)))
+    want = np.zeros(0x110000, dtype=bool)
+    for lo, hi in ranges:
+        want[lo:hi + 1] = True
+    want[0xD800:0xE000] = False
+    assert np.array_equal(got, want)
+
+
+def _valid_utf8_char(data: bytes) -> bool:
+    try:
+        return len(data.decode("utf-8")) == 1
+    except UnicodeDecodeError:
+        return False
+
+
+def test_invalid_utf8_never_matches_exhaustive_short():
+    d = compile_regex(CharRanges(UNIVERSE))
+    for n in (1, 2):
+        for data in itertools.product(range(256), repeat=n):
+            b = bytes(data)
+            assert d.matches(b) == _valid_utf8_char(b), b
+    for bad in (b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xed\xa0\x80",
+                b"\xed\xbf\xbf", b"\xf0\x80\x80\x80", b"\xf0\x8f\xbf\xbf", b"\xf4\x90\x80\x80",
+                b"\xf5\x80\x80\x80", b"\xff", b"\x80"):
+        assert not d.matches(bad) and not d.is_live_prefix(bad), bad
+
+
+ANY_TEXT = dfa(r"(?s).*")
+NON_A = dfa(r"[^a]*é?")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=12))
+def test_invalid_utf8_never_matches_random(data):
+    try:
+        data.decode("utf-8")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    assert ANY_TEXT.matches(data) == valid
+    assert not NON_A.matches(data) or valid
+
+
+# ------------------------------------------------------------ live prefixes
+
+
+@pytest.mark.parametrize("pattern", ["ab|ac", "a(?:bc)*d", "(?:ab|a)c?", "[ab]{2,3}c", "a*b?a",
+                                     "(?:a|bb)+c", "(?:ab){2}|b"])
+def test_live_prefix_brute_force(pattern):
+    d = dfa(pattern)
+    alphabet = "abcd"
+    words = ["".join(t) for n in range(9) for t in itertools.product(alphabet, repeat=n)]
+    members = [w for w in words if re.fullmatch(pattern, w)]
+    viable = {m[:i] for m in members for i in range(len(m) + 1)}
+    for prefix in words:
+        if len(prefix) <= 4:  # every viable prefix here has a completion of length <= 4
+            assert d.is_live_prefix(prefix.encode()) == (prefix in viable), (pattern, prefix)
+        assert d.matches(prefix.encode()) == bool(re.fullmatch(pattern, prefix))
+
+
+@pytest.mark.parametrize("pattern", [JSON_STRING, JSON_NUMBER, PY_LONG_STRING, r"[^\W\d]\w*",
+                                     r"(?i)select|from", r"\s+", r"[^\x00-\x7f]{2,3}"])
+def test_every_state_is_live(pattern):
+    assert is_trimmed(dfa(pattern))
+
+
+# ------------------------------------------------------------ limits and speed
+
+
+def test_max_states_limit():
+    with pytest.raises(CompileLimitError, match="max_states"):
+        dfa("(?:a|b)*a(?:a|b){13}")  # 2**14 states
+    with pytest.raises(CompileLimitError):
+        compile_regex(parse_regex("(?:a|b)*a(?:a|b){8}"), max_states=100)
+    assert compile_regex(parse_regex("(?:a|b)*a(?:a|b){5}"), max_states=100).n_states == 64
+
+
+def test_huge_repeats_fail_fast():
+    for rx in (Repeat(literal("a"), 100_000, 100_000),
+               Repeat(Repeat(literal("a"), 1000, 1000), 1000, 1000),
+               Repeat(CharRanges(UNIVERSE), 0, 50_000)):
+        start = time.perf_counter()
+        with pytest.raises(CompileLimitError):
+            compile_regex(rx)
+        assert time.perf_counter() - start < 2.0
+
+
+def test_long_chain_is_exact():
+    d = compile_regex(Repeat(literal("a"), 2000, 2000))
+    assert d.n_states == 2001
+    assert d.matches(b"a" * 2000) and not d.matches(b"a" * 1999) and not d.matches(b"a" * 2001)
+
+
+@pytest.mark.parametrize("pattern, budget_ms", [(JSON_STRING, 50), (JSON_NUMBER, 50),
+                                                (PY_LONG_STRING, 50), (r"[^\W\d]\w*", 500)])
+def test_compile_time(pattern, budget_ms):
+    rx = parse_regex(pattern)
+    compile_regex(rx)  # warm caches
+    start = time.perf_counter()
+    compile_regex(rx)
+    assert (time.perf_counter() - start) * 1000 < budget_ms
+
+
+def test_big_classes_stay_small():
+    assert dfa(r'[^"\\]').n_states == 9
+    assert dfa(r'[^"\\]*').n_states < 10
+    assert dfa(JSON_STRING).n_states < 30
+    assert dfa(r"\w").n_states < 400

@@ -1,0 +1,136 @@
+"""Exactness of ``Matcher.mask()``: compared with brute force (every token tried through the
+independent reference recogniser in ``reference.py``) at every step of random walks, for
+every tokenizer in ../shared/tokenizers and the shipped / shared grammars."""
+
+from __future__ import annotations
+
+import random
+from functools import cache
+
+import numpy as np
+import pytest
+
+import gramgen
+from conftest import ROOT, SCALE, SHARED, TOKENIZER_NAMES, hf_tokenizer, vocabulary
+from reference import ReferenceGrammar, brute_force_mask
+from textgen import WordSampler, tokenize
+
+
+def _random_regex(rng: random.Random, depth: int = 0) -> str:
+    atoms = ["a", "b", "ab", "[a-c]", "[^a]", r"\d", r"\w", "[é😀]", ".", "x{2,3}", "(?i:q)", r"\s"]
+    if depth >= 2 or rng.random() < 0.3:
+        return rng.choice(atoms)
+    kind = rng.choice(["seq", "alt", "star", "plus", "opt", "rep"])
+    a, b = _random_regex(rng, depth + 1), _random_regex(rng, depth + 1)
+    return {"seq": f"{a}{b}", "alt": f"(?:{a}|{b})", "star": f"(?:{a})*", "plus": f"(?:{a})+",
+            "opt": f"(?:{a})?", "rep": f"(?:{a}){{1,3}}"}[kind]
+
+
+GRAMMAR_SOURCES = {
+    "json.lark": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "json.lark"),
+    "python.lark": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "python.lark"),
+    "sql.lark": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "sql.lark"),
+    "json.gbnf": lambda: gramgen.Grammar.from_file(SHARED / "data/gbnf/llama.cpp/json.gbnf"),
+    "arithmetic.gbnf": lambda: gramgen.Grammar.from_file(SHARED / "data/gbnf/llama.cpp/arithmetic.gbnf"),
+    "regex": lambda: gramgen.Grammar.from_regex(
+        "(?:" + "|".join(_random_regex(random.Random(s)) for s in range(4)) + ")+"),
+}
+
+
+@cache
+def grammar(name: str):
+    return GRAMMAR_SOURCES[name]()
+
+
+@cache
+def compiled(gname: str, tname: str):
+    return gramgen.compile(grammar(gname), vocabulary(tname))
+
+
+@cache
+def reference(gname: str):
+    return ReferenceGrammar(grammar(gname).ir)
+
+
+def walk_and_compare(cg, ref, vocab, tokens_of_text, rng, max_steps, check_sample=64):
+    """Follow the text's tokens (sometimes a random allowed token instead) and compare the
+    mask with brute force at every step. Returns the number of states compared."""
+    m = cg.matcher()
+    chart = ref.initial()
+    following = True
+    compared = 0
+    for step in range(max_steps):
+        got = set(np.flatnonzero(m.mask()).tolist())
+        expected = brute_force_mask(ref, chart, vocab)
+        compared += 1
+        if got != expected:
+            extra = sorted(got - expected)[:5]
+            missing = sorted(expected - got)[:5]
+            text = m.text_bytes()
+            pytest.fail(f"mask differs after {text!r}: allowed but not viable "
+                        f"{[(t, vocab.token_bytes(t)) for t in extra]}, viable but forbidden "
+                        f"{[(t, vocab.token_bytes(t)) for t in missing]}")
+        mask = m.mask()
+        probe = rng.sample(range(vocab.size), min(check_sample, vocab.size))
+        probe += rng.sample(sorted(got), min(check_sample, len(got)))
+        for t in probe:
+            assert m.check(t) == bool(mask[t]), f"check({t}) disagrees with mask()"
+        choices = [t for t in got if t not in vocab.eos_token_ids]
+        if following and step < len(tokens_of_text) and rng.random() < 0.75:
+            t = tokens_of_text[step]
+            assert t in got, f"the text's own token {t} {vocab.token_bytes(t)!r} is masked out"
+        elif choices:
+            following = False
+            t = rng.choice(sorted(choices))
+        else:
+            break
+        m.advance(t)
+        for b in vocab.token_bytes(t):
+            chart = ref.feed(chart, b)
+        assert chart is not None
+    return compared
+
+
+@pytest.mark.parametrize("tname", TOKENIZER_NAMES)
+@pytest.mark.parametrize("gname", list(GRAMMAR_SOURCES))
+def test_mask_equals_brute_force_real_tokenizers(gname, tname):
+    vocab = vocabulary(tname)
+    cg, ref = compiled(gname, tname), reference(gname)
+    rng = random.Random(hash((gname, tname)) & 0xFFFF)
+    sampler = WordSampler(grammar(gname).ir)
+    walks = max(1, int(2 * SCALE))
+    steps = max(2, int(4 * SCALE))
+    total = 0
+    for _ in range(walks):
+        text = sampler.word(rng, max_depth=6)
+        total += walk_and_compare(cg, ref, vocab, tokenize(text, hf_tokenizer(tname), vocab), rng, steps)
+    assert total >= walks * 2
+
+
+def _small_vocab(words: list[bytes], rng: random.Random, n: int = 1500):
+    """All single bytes, random pieces of the words, and an EOS: small enough for
+    brute force on hundreds of states, rich in tokens that span lexemes."""
+    pieces = {bytes([b]) for b in range(256)}
+    for _ in range(n):
+        w = rng.choice(words)
+        if len(w) >= 2:
+            i = rng.randrange(len(w) - 1)
+            pieces.add(w[i:i + rng.randint(2, 6)])
+    tokens = sorted(pieces) + [b""]
+    return gramgen.Vocabulary(tokens, eos_token_ids=[len(tokens) - 1])
+
+
+@pytest.mark.parametrize("gname", list(GRAMMAR_SOURCES))
+def test_mask_equals_brute_force_many_states(gname):
+    rng = random.Random(7)
+    ir = grammar(gname).ir
+    sampler = WordSampler(ir)
+    words = [sampler.word(rng, max_depth=8) for _ in range(40)]
+    vocab = _small_vocab(words, rng)
+    cg, ref = gramgen.compile(grammar(gname), vocab), reference(gname)
+    total = 0
+    for w in words[: max(4, int(12 * SCALE))]:
+        from textgen import greedy_tokenize
+
+        total += walk_and_compare(cg, ref, vocab, greedy_tokenize(w, vocab), rng, 40, check_sample=32)
+    assert total >= 20
