@@ -4,7 +4,9 @@ every tokenizer in ../shared/tokenizers and the shipped / shared grammars."""
 
 from __future__ import annotations
 
+import os
 import random
+import zlib
 from functools import cache
 
 import numpy as np
@@ -14,6 +16,9 @@ import gramgen
 from conftest import ROOT, SCALE, SHARED, TOKENIZER_NAMES, hf_tokenizer, vocabulary
 from reference import ReferenceGrammar, brute_force_mask
 from textgen import WordSampler, tokenize
+
+#: change to explore other random walks; failures print the text that went wrong
+SEED = int(os.environ.get("GRAMGEN_TEST_SEED", "0"))
 
 
 def _random_regex(rng: random.Random, depth: int = 0) -> str:
@@ -96,15 +101,16 @@ def walk_and_compare(cg, ref, vocab, tokens_of_text, rng, max_steps, check_sampl
 def test_mask_equals_brute_force_real_tokenizers(gname, tname):
     vocab = vocabulary(tname)
     cg, ref = compiled(gname, tname), reference(gname)
-    rng = random.Random(hash((gname, tname)) & 0xFFFF)
+    rng = random.Random(zlib.crc32(f"{gname}/{tname}/{SEED}".encode()))
     sampler = WordSampler(grammar(gname).ir)
-    walks = max(1, int(2 * SCALE))
-    steps = max(2, int(4 * SCALE))
+    # brute force over 30k-152k tokens costs 0.3-13 s per state (python.lark the most)
+    walks = max(1, int(1 * SCALE))
+    steps = max(2, int((2 if gname == "python.lark" else 4) * SCALE))
     total = 0
     for _ in range(walks):
         text = sampler.word(rng, max_depth=6)
         total += walk_and_compare(cg, ref, vocab, tokenize(text, hf_tokenizer(tname), vocab), rng, steps)
-    assert total >= walks * 2
+    assert total >= 2
 
 
 def _small_vocab(words: list[bytes], rng: random.Random, n: int = 1500):

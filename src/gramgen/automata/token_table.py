@@ -45,6 +45,7 @@ class TokenTable:
             flat[pos, has] = blob[starts[has] + pos]
         #: ``columns[pos][rank]`` is byte ``pos`` of that token (0 past its end)
         self.columns = flat
+        self._by_bytes: dict[bytes, int] | None = None
 
     def prefix_end(self, prefix: bytes, lo: int = 0) -> int:
         """First rank (>= lo) whose bytes do not start with ``prefix`` (prefix ranks are contiguous)."""
@@ -53,6 +54,22 @@ class TokenTable:
             return len(self.sorted_bytes)
         succ = p[:-1] + bytes((p[-1] + 1,))
         return bisect.bisect_left(self.sorted_bytes, succ, lo)
+
+    def longest_prefix_token(self, data: bytes) -> tuple[int, int] | None:
+        """(token id, length) of the longest token that is a prefix of ``data``."""
+        by_bytes = self._by_bytes
+        if by_bytes is None:
+            by_bytes = self._by_bytes = {b: int(i) for b, i in zip(self.sorted_bytes, self.rank_to_id)}
+        for n in range(min(len(data), self.max_len), 0, -1):
+            token = by_bytes.get(data[:n])
+            if token is not None:
+                return token, n
+        return None
+
+    def count_with_prefix(self, prefix: bytes) -> int:
+        """How many tokens start with ``prefix``."""
+        lo = bisect.bisect_left(self.sorted_bytes, prefix)
+        return self.prefix_end(prefix, lo) - lo
 
 
 _TABLES: dict[tuple[str, frozenset[int]], TokenTable] = {}

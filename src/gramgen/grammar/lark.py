@@ -105,6 +105,15 @@ def _to_ir(text: str, start: str, source: str, terminals, rules, ignore) -> Gram
                      source=source, meta={"format": "lark"})
 
 
+# lark's common.lark spells ESCAPED_STRING with a lookbehind, to stop its lazy regex at the
+# first unescaped quote. Under lark's own lexers that means: a double-quoted string without
+# newlines in which a backslash escapes the next character. That language is regular; use
+# it instead of rejecting the most imported terminal of all.
+_KNOWN_LOOKAROUND_PATTERNS = {
+    r'".*?(?<!\\)(\\\\)*?"': r'"(?:[^"\\\n]|\\[^\n])*"',
+}
+
+
 def _pattern_regex(term, text: str, source: str) -> Regex:
     from lark.lexer import PatternStr
 
@@ -112,6 +121,8 @@ def _pattern_regex(term, text: str, source: str) -> Regex:
 
     pattern = term.pattern
     flags = "".join(sorted(pattern.flags))
+    if not isinstance(pattern, PatternStr) and pattern.value in _KNOWN_LOOKAROUND_PATTERNS:
+        return parse_regex(_KNOWN_LOOKAROUND_PATTERNS[pattern.value], flags, source=source)
     try:
         if isinstance(pattern, PatternStr):
             if not flags:

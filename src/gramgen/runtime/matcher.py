@@ -84,22 +84,53 @@ class Matcher:
         finally:
             del chart[n:]
 
-    def forced_tokens(self, limit: int = 256) -> list[int]:
-        """The tokens the grammar forces next: while exactly one token is allowed (and it is
-        not EOS), that token. Emitting these without sampling keeps the distribution exact."""
-        probe = self.fork()
+    def forced_bytes(self, limit: int = 4096) -> bytes:
+        """The bytes the grammar forces next: while exactly one byte can follow and the text
+        is not complete, that byte."""
+        if self._terminated:
+            return b""
+        tables = self._tables
+        chart = self._chart
+        n = len(chart)
+        out = bytearray()
+        try:
+            while len(out) < limit and not tables.is_accepting(chart[-1]):
+                allowed = tables.allowed_bytes(chart[-1])
+                if allowed & (allowed - 1):  # more than one byte possible
+                    break
+                b = allowed.bit_length() - 1
+                s = tables.step(chart, b)
+                if s is None:  # pragma: no cover - allowed_bytes is exact
+                    break
+                chart.append(s)
+                out.append(b)
+        finally:
+            del chart[n:]
+        return bytes(out)
+
+    def forced_tokens(self, limit: int = 4096) -> list[int]:
+        """Jump-forward: a tokenisation (greedy, longest token first) of :meth:`forced_bytes`.
+
+        Every token returned is allowed in turn. The last one is dropped when a longer
+        token could also cover the forced tail plus later bytes, so forcing never rules
+        out a tokenisation the model might prefer at the boundary. Whether to emit these
+        without sampling (exact only when each is the single allowed token) or use them as
+        a speculative draft is the caller's choice (see ``decoding``).
+        """
+        forced = self.forced_bytes(limit)
+        tt = self._cg.token_table
         out: list[int] = []
-        eos = self._cg.vocab.eos_token_ids
-        while len(out) < limit and not probe._terminated:
-            words = probe._words()
-            if bitmask.count(words) != 1:
+        pos = 0
+        while pos < len(forced):
+            rest = forced[pos:]
+            match = tt.longest_prefix_token(rest)
+            if match is None:
                 break
-            w = int(np.flatnonzero(words)[0])
-            token = w * 32 + int(words[w]).bit_length() - 1
-            if token in eos:
+            token, size = match
+            if pos + size == len(forced) and tt.count_with_prefix(rest) > 1:
                 break
             out.append(token)
-            probe.advance(token)
+            pos += size
         return out
 
     # -- moves -----------------------------------------------------------------------------

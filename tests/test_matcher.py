@@ -1,0 +1,237 @@
+"""Matcher behaviour beyond single masks: EOS, rejection, rollback, fork, forced tokens,
+bitmasks, threads, and the finite-language enumeration oracle."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import gramgen
+from conftest import ROOT, hf_tokenizer, vocabulary
+from gramgen.runtime.bitmask import n_words, unpack
+from textgen import WordSampler, tokenize
+
+
+def small_vocab(pieces: list[str]) -> gramgen.Vocabulary:
+    tokens = [p.encode() for p in pieces] + [b""]
+    return gramgen.Vocabulary(tokens, eos_token_ids=[len(tokens) - 1])
+
+
+def enumerate_language(cg, max_tokens: int = 8) -> set[bytes]:
+    """Every text reachable by following masks to EOS (depth-first over token sequences)."""
+    words: set[bytes] = set()
+    eos = cg.vocab.eos_token_ids[0]
+
+    def dfs(m, depth):
+        allowed = np.flatnonzero(m.mask())
+        for t in allowed.tolist():
+            if t == eos:
+                words.add(m.text_bytes())
+            elif depth < max_tokens:
+                m.advance(t)
+                dfs(m, depth + 1)
+                m.rollback(1)
+
+    dfs(cg.matcher(), 0)
+    return words
+
+
+@pytest.mark.parametrize("pattern", [r"(ab|c)(d|ef)?x{0,2}", r"(?:a|bc){1,3}", r"[a-c]{2}(?:d|)"])
+def test_finite_language_enumeration_equals_language(pattern):
+    pieces = ["a", "b", "c", "d", "e", "f", "x", "ab", "bc", "cd", "ef", "efx", "xx", "abc", "ca"]
+    cg = gramgen.compile(gramgen.Grammar.from_regex(pattern), small_vocab(pieces))
+    got = enumerate_language(cg)
+    alphabet = "abcdefx"
+    expected = {"".join(w).encode() for n in range(0, 7) for w in itertools.product(alphabet, repeat=n)
+                if re.fullmatch(pattern, "".join(w))}
+    assert got == expected
+
+
+def test_finite_lark_grammar_enumeration():
+    text = 'start: "(" item ("," item)~0..2 ")"\nitem: "x" | "yz" | "x" "y"\n%ignore " "'
+    pieces = ["(", ")", ",", "x", "y", "z", "yz", "xy", " ", "(x", "),", ", ", "x)", "( "]
+    cg = gramgen.compile(gramgen.Grammar.from_lark(text), small_vocab(pieces))
+    got = {w for w in enumerate_language(cg, max_tokens=7) if b" " not in w}
+    items = ["x", "yz", "xy"]
+    expected = {f"({','.join(c)})".encode() for n in (1, 2, 3) for c in itertools.product(items, repeat=n)
+                if len(f"({','.join(c)})") <= 7}
+    assert expected <= got
+    assert all(re.fullmatch(rb"\((x|yz|xy)(,(x|yz|xy)){0,2}\)", w) for w in got)
+
+
+@pytest.fixture(scope="module")
+def json_cg():
+    return gramgen.compile(gramgen.Grammar.from_file(ROOT / "grammars" / "json.lark"), vocabulary("gpt2"))
+
+
+TEXT = '{"name": "Zoë 日本😀", "tags": [1, -2.5e3, true, null], "nested": {"a": []}}'
+
+
+def test_eos_only_when_complete_and_termination(json_cg):
+    vocab = vocabulary("gpt2")
+    eos = vocab.eos_token_ids[0]
+    ids = tokenize(TEXT.encode(), hf_tokenizer("gpt2"), vocab)
+    m = json_cg.matcher()
+    for i, t in enumerate(ids):
+        assert m.mask()[eos] == m.is_accepting() == False  # noqa: E712 - incomplete until the end
+        with pytest.raises(gramgen.TokenRejected):
+            m.advance(eos)
+        m.advance(t)
+    assert m.is_accepting() and m.mask()[eos] and m.check(eos)
+    m.advance(eos)
+    assert m.is_terminated() and not m.mask().any()
+    with pytest.raises(gramgen.TokenRejected):
+        m.advance(ids[0])
+    m.rollback(1)
+    assert not m.is_terminated() and m.is_accepting()
+
+
+def test_rejected_token_leaves_state_unchanged(json_cg):
+    vocab = vocabulary("gpt2")
+    m = json_cg.matcher()
+    m.advance_many(tokenize(b'{"a": ', hf_tokenizer("gpt2"), vocab))
+    before = m.mask()
+    bad = int(np.flatnonzero(~before)[5])
+    with pytest.raises(gramgen.TokenRejected) as info:
+        m.advance(bad)
+    assert info.value.token == bad and info.value.position == len(m.tokens)
+    assert np.array_equal(m.mask(), before)
+    assert not m.check(bad)
+
+
+def test_rollback_and_fork_against_fresh_matchers(json_cg):
+    vocab = vocabulary("gpt2")
+    rng = random.Random(3)
+    ids = tokenize(TEXT.encode(), hf_tokenizer("gpt2"), vocab)
+    for _ in range(10):
+        k = rng.randrange(1, len(ids))
+        j = rng.randrange(0, k + 1)
+        m = json_cg.matcher()
+        m.advance_many(ids[:k])
+        fork = m.fork()
+        m.rollback(j)
+        fresh = json_cg.matcher()
+        fresh.advance_many(ids[: k - j])
+        assert np.array_equal(m.mask(), fresh.mask())
+        assert m.is_accepting() == fresh.is_accepting()
+        # the fork kept the state before the rollback and is independent of the original
+        other = json_cg.matcher()
+        other.advance_many(ids[:k])
+        assert np.array_equal(fork.mask(), other.mask())
+        fork.advance_many(ids[k:])
+        assert fork.is_accepting()
+        assert np.array_equal(m.mask(), fresh.mask())
+
+
+def test_mask_is_independent_of_cache_history(json_cg):
+    """The same state reached after different texts gives the same mask as a fresh compile."""
+    vocab = vocabulary("gpt2")
+    ids = tokenize(TEXT.encode(), hf_tokenizer("gpt2"), vocab)
+    cold = gramgen.compile(json_cg.grammar, vocab)
+    a, b = json_cg.matcher(), cold.matcher()
+    for t in ids:
+        assert np.array_equal(a.mask(), b.mask())
+        a.advance(t)
+        b.advance(t)
+
+
+def test_fill_bitmask_numpy_and_torch(json_cg):
+    torch = pytest.importorskip("torch")
+    vocab = vocabulary("gpt2")
+    m = json_cg.matcher()
+    m.advance_many(tokenize(b'{"k": [1, ', hf_tokenizer("gpt2"), vocab))
+    expected = m.mask()
+    arr = np.full((2, n_words(vocab.size) + 1), -1, dtype=np.int32)
+    m.fill_bitmask(arr, row=1)
+    assert np.array_equal(unpack(arr[1, : n_words(vocab.size)].view(np.uint32), vocab.size), expected)
+    assert (arr[0] == -1).all()
+    tensor = gramgen.allocate_token_bitmask(3, vocab.size)
+    m.fill_bitmask(tensor, row=2)
+    got = unpack(tensor[2].numpy().view(np.uint32), vocab.size)
+    assert np.array_equal(got, expected)
+    assert isinstance(tensor, torch.Tensor)
+
+
+def test_forced_tokens_are_the_only_choice():
+    vocab = vocabulary("gpt2")
+    g = gramgen.Grammar.from_lark('start: "{\\"answer\\": \\"" WORD "\\"}"\nWORD: /[a-z]+/')
+    cg = gramgen.compile(g, vocab)
+    m = cg.matcher()
+    assert m.forced_bytes() == b'{"answer": "'
+    forced = m.forced_tokens()
+    assert forced, "the opening of the object is forced"
+    probe = cg.matcher()
+    for t in forced:
+        assert probe.check(t)
+        probe.advance(t)
+    spelled = probe.text_bytes()
+    assert b'{"answer": "'.startswith(spelled) and len(spelled) >= 8
+    assert m.tokens == []  # forced_tokens does not move the matcher
+    m.advance_many(tokenize(b'{"answer": "yes', hf_tokenizer("gpt2"), vocab))
+    assert m.forced_bytes() == b"" and m.forced_tokens() == []  # more letters or the end
+
+
+def test_utf8_partial_tokens_against_brute_force():
+    from reference import ReferenceGrammar, brute_force_mask
+
+    vocab = vocabulary("qwen2")
+    g = gramgen.Grammar.from_regex(r'"[^"]*"')
+    cg, ref = gramgen.compile(g, vocab), ReferenceGrammar(g.ir)
+    text = '"日本語のテキスト😀👍🏽 émoji"'.encode()
+    ids = tokenize(text, hf_tokenizer("qwen2"), vocab)
+    m, chart = cg.matcher(), ref.initial()
+    for t in ids[:6]:
+        assert set(np.flatnonzero(m.mask()).tolist()) == brute_force_mask(ref, chart, vocab)
+        m.advance(t)
+        for b in vocab.token_bytes(t):
+            chart = ref.feed(chart, b)
+    # a token holding half a UTF-8 character is accepted exactly when the rest can follow
+    partial = [i for i in range(vocab.size) if vocab.token_bytes(i) == b"\xe6"]
+    if partial:
+        assert m.check(partial[0])
+
+
+def test_shared_compiled_grammar_across_threads(json_cg):
+    vocab = vocabulary("gpt2")
+    rng = random.Random(5)
+    sampler = WordSampler(json_cg.grammar.ir)
+    texts = [tokenize(sampler.word(rng, 6), hf_tokenizer("gpt2"), vocab) for _ in range(6)]
+    expected = []
+    for ids in texts:
+        cg = gramgen.compile(json_cg.grammar, vocab)
+        m = cg.matcher()
+        row = []
+        for t in ids:
+            row.append(np.flatnonzero(m.mask()).tolist())
+            m.advance(t)
+        expected.append(row)
+    results: dict[int, list] = {}
+
+    def run(i):
+        m = json_cg.matcher()
+        row = []
+        for t in texts[i]:
+            row.append(np.flatnonzero(m.mask()).tolist())
+            m.advance(t)
+        results[i] = row
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(texts))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert [results[i] for i in range(len(texts))] == expected
+
+
+def test_special_tokens_never_allowed(json_cg):
+    vocab = vocabulary("gpt2")
+    m = json_cg.matcher()
+    mask = m.mask()
+    for t in vocab.special_ids:
+        if t not in vocab.eos_token_ids:
+            assert not mask[t]
