@@ -1,0 +1,1 @@
+"""Benchmark harness: gramgen vs xgrammar / llguidance (run `python -m bench`)."""
