@@ -25,6 +25,23 @@ END = -1  # item_next value of a completed item
 _EMPTY: frozenset = frozenset()
 
 
+class HorizonExceeded(Exception):
+    """A computation reached a set outside the horizon it was promised (see horizon_view)."""
+
+
+class _BeyondHorizon:
+    """Stands for a chart set outside a horizon: any use of it raises HorizonExceeded."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        raise HorizonExceeded(name)
+
+
+BEYOND = _BeyondHorizon()
+_OPAQUE = "?"
+
+
 class EarleySet:
     """The parser state after one byte. ``sig`` identifies its future exactly (see below).
 
@@ -98,6 +115,8 @@ class ParserTables:
             self.item_lhs.append(nt_index[lhs])
             self.item_rule.append(r)
         self.accept_item = self.rule_first[0] + 1
+        # what a set's future depends on: items still waiting for something, and acceptance
+        self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
 
         self.lex_rows = [d.rows for d in lex_dfas]
         self.lex_accept = [[bool(a) for a in d.accepting] for d in lex_dfas]
@@ -271,14 +290,66 @@ class ParserTables:
         their own (interned) signatures, so equal signatures mean isomorphic charts.
         """
         s = chart[j]
+        relevant = self.relevant_item
         parts = []
         for it, o in s.items:
-            if o != j:
+            if o != j and relevant[it]:
                 parts.append((it, chart[o].sig))
         for (k, q), origins in s.scans.items():
             parts.append((-1 - k, q, frozenset(chart[o].sig if o != j else None for o in origins)))
         sig = frozenset(parts)
         return intern.setdefault(sig, sig)
+
+
+class LocalSignatures:
+    """Signatures of set ``j`` in which sets ``depth`` or more origin links away are opaque.
+
+    Any computation that only touches sets within that horizon (see :func:`horizon_view`)
+    gives the same result for equal local signatures, whatever lies beyond: this is what
+    lets a mask computed inside one nesting context be reused inside another. Completed
+    items are left out (their effect is already in the set), except the accepting one.
+    """
+
+    def __init__(self, tables: "ParserTables", chart: list, j: int):
+        self.tables, self.chart, self.j = tables, chart, j
+        self.memo: dict = {}
+
+    def at(self, depth: int):
+        return self._sig(self.j, depth)
+
+    def _sig(self, idx: int, d: int):
+        if d == 0:
+            return _OPAQUE
+        key = (idx, d)
+        found = self.memo.get(key)
+        if found is None:
+            st = self.chart[idx]
+            relevant = self.tables.relevant_item
+            parts = [(it, None if o == idx else self._sig(o, d - 1)) for it, o in st.items if relevant[it]]
+            for (k, q), origins in st.scans.items():
+                parts.append((-1 - k, q, frozenset(None if o == idx else self._sig(o, d - 1) for o in origins)))
+            found = self.memo[key] = frozenset(parts)
+        return found
+
+
+def horizon_view(chart: list, j: int, depth: int) -> list:
+    """A copy of the chart where every set ``depth`` or more origin links away from set
+    ``j`` is replaced by :data:`BEYOND`; using one raises :class:`HorizonExceeded`."""
+    view = [BEYOND] * len(chart)
+    frontier = {j}
+    for _ in range(depth):
+        nxt = set()
+        for idx in frontier:
+            st = chart[idx]
+            view[idx] = st
+            for _, o in st.items:
+                nxt.add(o)
+            for origins in st.scans.values():
+                nxt.update(origins)
+        frontier = {o for o in nxt if view[o] is BEYOND}
+        if not frontier:
+            break
+    return view
 
 
 def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, tuple[str, ...]]]:

@@ -42,6 +42,7 @@ class CompiledGrammar:
         self._sink_tables = [sink_table(d.transitions, d.accepting) for d in self.tables.lex_dfas]
         self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
         self._mask_cache: OrderedDict = OrderedDict()
+        self._exit_cache: OrderedDict = OrderedDict()
         self._mask_cache_size = mask_cache_size
         self._intern: dict = {}
         self._lock = threading.Lock()
@@ -82,6 +83,15 @@ class CompiledGrammar:
                 self._mask_cache.popitem(last=False)
             if len(self._intern) > 1_000_000:
                 self._intern.clear()  # only loses sharing, never correctness
+
+    def cached_exits(self, key):
+        return self._exit_cache.get(key)
+
+    def store_exits(self, key, words: np.ndarray) -> None:
+        with self._lock:
+            self._exit_cache[key] = words
+            while len(self._exit_cache) > self._mask_cache_size:
+                self._exit_cache.popitem(last=False)
 
     def intern(self) -> dict:
         return self._intern

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 
 import numpy as np
 
+from ..automata.earley import HorizonExceeded, LocalSignatures, horizon_view
 from ..errors import TokenRejected
 from . import bitmask
 from .compiled import CompiledGrammar
 
-_NO_WORDS = None
+#: horizons (in origin links) tried for the context-independent part of a mask
+_HORIZONS = (2, 3, 4, 5, 6, 8, 12)
 
 
 class Matcher:
@@ -234,14 +237,52 @@ class Matcher:
             known = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
             cands = cands[known == 0]
             if cands.size:
-                found = self._walk_exits(cands.tolist())
-                bitmask.set_bits(words, tt.rank_to_id[np.array(found, dtype=np.int64)])
+                words |= self._exit_words(cands)
         if self._tables.is_accepting(cur):
             bitmask.set_bits(words, cg.eos_ids)
         return words
 
-    def _walk_exits(self, ranks: list[int]) -> list[int]:
-        """Which of these tokens (byte-sorted ranks) the full parser accepts from here.
+    def _exit_words(self, cands: np.ndarray) -> np.ndarray:
+        """Packed mask of the exit tokens the parser accepts from here.
+
+        Most exit tokens only look a few parser levels up (``",`` closes a string and a
+        pair; ``"}]`` goes further), so the walk runs on views of the chart cut at growing
+        horizons. What a view decides is cached under the local signature of that horizon
+        and reused in every context that agrees up to it; the tokens it cannot decide go
+        on to the next horizon, and finally to the whole chart.
+        """
+        cg = self._cg
+        chart = self._chart
+        j = len(chart) - 1
+        ranks = cands  # a numpy array until a walk needs a list
+        local = LocalSignatures(self._tables, chart, j)
+        out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
+        for depth in _HORIZONS:
+            key = (depth, local.at(depth))
+            entry = cg.cached_exits(key)
+            if entry is None:
+                if not isinstance(ranks, list):
+                    ranks = ranks.tolist()
+                found, undecided = self._walk_exits(horizon_view(chart, j, depth), ranks)
+                entry = (self._pack_ranks(found), undecided)
+                cg.store_exits(key, entry)
+            out |= entry[0]
+            ranks = entry[1]
+            if not ranks:
+                return out
+        found, _ = self._walk_exits(list(chart), list(ranks))
+        return out | self._pack_ranks(found)
+
+    def _pack_ranks(self, ranks: list[int]) -> np.ndarray:
+        cg = self._cg
+        out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
+        bitmask.set_bits(out, cg.token_table.rank_to_id[np.array(ranks, dtype=np.int64)])
+        return out
+
+    def _walk_exits(self, chart: list, ranks: list[int]) -> tuple[list[int], list[int]]:
+        """Which of these tokens (byte-sorted ranks) the parser accepts after ``chart`` (a
+        scratch copy of the chart, extended and shrunk during the walk), and which it could
+        not decide because they reach beyond the chart's horizon.
 
         A depth-first walk over the implicit trie of the sorted token bytes: tokens that
         share a prefix share the parser steps over it, and a dead prefix skips all of its
@@ -250,10 +291,8 @@ class Matcher:
         tt = self._cg.token_table
         sorted_bytes = tt.sorted_bytes
         tables = self._tables
-        chart = self._chart
-        base = len(chart)
         found: list[int] = []
-        import bisect
+        undecided: list[int] = []
 
         def walk(lo: int, hi: int, depth: int) -> None:
             allowed = tables.allowed_bytes(chart[-1])
@@ -269,15 +308,16 @@ class Matcher:
                 end_rank = tt.prefix_end(data[: depth + 1], r)
                 j = bisect.bisect_left(ranks, end_rank, i, hi)
                 if (allowed >> b) & 1:
-                    s = tables.step(chart, b)
+                    try:
+                        s = tables.step(chart, b)
+                    except HorizonExceeded:
+                        undecided.extend(ranks[i:j])
+                        s = None
                     if s is not None:
                         chart.append(s)
                         walk(i, j, depth + 1)
                         chart.pop()
                 i = j
 
-        try:
-            walk(0, len(ranks), 0)
-        finally:
-            del chart[base:]
-        return found
+        walk(0, len(ranks), 0)
+        return found, undecided
