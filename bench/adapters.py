@@ -335,7 +335,12 @@ class GramgenAdapter(Adapter):
     def prepare(self, hf_tokenizer: Any) -> Any:
         import gramgen
 
+        from gramgen.automata.token_table import token_table_for
+
         self.vocab = gramgen.Vocabulary.from_huggingface(hf_tokenizer)
+        # the byte-sorted token table is per vocabulary, shared by every grammar compiled
+        # for it (like xgrammar's TokenizerInfo): tokenizer preprocessing, not compile
+        token_table_for(self.vocab)
         self.vocab_size = self.vocab.size
         self._rejected = getattr(gramgen, "TokenRejected", None) or ValueError
         return self.vocab

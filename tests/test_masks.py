@@ -108,8 +108,13 @@ def test_mask_equals_brute_force_real_tokenizers(gname, tname):
     steps = max(2, int((2 if gname == "python.lark" else 4) * SCALE))
     total = 0
     for _ in range(walks):
-        text = sampler.word(rng, max_depth=6)
-        total += walk_and_compare(cg, ref, vocab, tokenize(text, hf_tokenizer(tname), vocab), rng, steps)
+        for _attempt in range(20):  # some vocabularies cannot spell every byte (smollm2 lacks 0xF2)
+            try:
+                ids = tokenize(sampler.word(rng, max_depth=6), hf_tokenizer(tname), vocab)
+                break
+            except ValueError:
+                continue
+        total += walk_and_compare(cg, ref, vocab, ids, rng, steps)
     assert total >= 2
 
 

@@ -16,6 +16,12 @@ from .compiled import CompiledGrammar
 _HORIZONS = (2, 3, 4, 5, 6, 8, 12)
 
 
+def _successor(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string starting with ``prefix``."""
+    p = prefix.rstrip(b"\xff")
+    return p[:-1] + bytes((p[-1] + 1,)) if p else None  # None: nothing sorts after them
+
+
 class Matcher:
     """Tracks which text has been produced and answers which tokens may come next.
 
@@ -288,11 +294,12 @@ class Matcher:
         share a prefix share the parser steps over it, and a dead prefix skips all of its
         tokens with one bisection.
         """
-        tt = self._cg.token_table
-        sorted_bytes = tt.sorted_bytes
+        sorted_bytes = self._cg.token_table.sorted_bytes
         tables = self._tables
         found: list[int] = []
         undecided: list[int] = []
+        key = sorted_bytes.__getitem__
+        successor = _successor
 
         def walk(lo: int, hi: int, depth: int) -> None:
             allowed = tables.allowed_bytes(chart[-1])
@@ -305,8 +312,9 @@ class Matcher:
                     i += 1
                     continue
                 b = data[depth]
-                end_rank = tt.prefix_end(data[: depth + 1], r)
-                j = bisect.bisect_left(ranks, end_rank, i, hi)
+                # the tokens sharing data[:depth+1] are contiguous: find the first that doesn't
+                succ = successor(data[: depth + 1])
+                j = hi if succ is None else bisect.bisect_left(ranks, succ, i + 1, hi, key=key)
                 if (allowed >> b) & 1:
                     try:
                         s = tables.step(chart, b)
