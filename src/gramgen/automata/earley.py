@@ -50,7 +50,7 @@ class EarleySet:
     shared through a cached :class:`Prediction`.
     """
 
-    __slots__ = ("items", "waiting", "pred", "scans", "sig", "next_bytes")
+    __slots__ = ("items", "waiting", "pred", "scans", "sig", "next_bytes", "local")
 
     def __init__(self, items, waiting, pred, scans):
         self.items = items      # set[(item, origin)]: kernel items (empty inside a lexeme)
@@ -59,6 +59,7 @@ class EarleySet:
         self.scans = scans      # (lexeme, dfa state) -> frozenset[origin]
         self.sig = None
         self.next_bytes = -1    # lazily: bit b set iff byte b can come next
+        self.local = None       # lazily: depth -> local signature (see LocalSignatures)
 
 
 _NO_PRED: dict = {}
@@ -308,11 +309,11 @@ class LocalSignatures:
     gives the same result for equal local signatures, whatever lies beyond: this is what
     lets a mask computed inside one nesting context be reused inside another. Completed
     items are left out (their effect is already in the set), except the accepting one.
+    A set always sits on the same chart prefix, so its local signatures are stored on it.
     """
 
     def __init__(self, tables: "ParserTables", chart: list, j: int):
         self.tables, self.chart, self.j = tables, chart, j
-        self.memo: dict = {}
 
     def at(self, depth: int):
         return self._sig(self.j, depth)
@@ -320,15 +321,17 @@ class LocalSignatures:
     def _sig(self, idx: int, d: int):
         if d == 0:
             return _OPAQUE
-        key = (idx, d)
-        found = self.memo.get(key)
+        st = self.chart[idx]
+        local = st.local
+        if local is None:
+            local = st.local = {}
+        found = local.get(d)
         if found is None:
-            st = self.chart[idx]
             relevant = self.tables.relevant_item
             parts = [(it, None if o == idx else self._sig(o, d - 1)) for it, o in st.items if relevant[it]]
             for (k, q), origins in st.scans.items():
                 parts.append((-1 - k, q, frozenset(None if o == idx else self._sig(o, d - 1) for o in origins)))
-            found = self.memo[key] = frozenset(parts)
+            found = local[d] = frozenset(parts)
         return found
 
 

@@ -301,11 +301,21 @@ class Matcher:
         key = sorted_bytes.__getitem__
         successor = _successor
 
-        def walk(lo: int, hi: int, depth: int) -> None:
-            allowed = tables.allowed_bytes(chart[-1])
+        rows, accept = tables.lex_rows, tables.lex_accept
+
+        def walk(rs: list[int], lo: int, hi: int, depth: int) -> None:
+            cur = chart[-1]
+            if depth and not cur.items:
+                # between lexeme boundaries only the lexeme DFAs move: run them over each
+                # token's rest directly, and keep the parser for tokens that may end one
+                rs, lo, hi = lexeme_pass(cur, rs, lo, hi, depth), 0, None
+                hi = len(rs)
+                if not hi:
+                    return
+            allowed = tables.allowed_bytes(cur)
             i = lo
             while i < hi:
-                r = ranks[i]
+                r = rs[i]
                 data = sorted_bytes[r]
                 if len(data) == depth:
                     found.append(r)
@@ -314,18 +324,46 @@ class Matcher:
                 b = data[depth]
                 # the tokens sharing data[:depth+1] are contiguous: find the first that doesn't
                 succ = successor(data[: depth + 1])
-                j = hi if succ is None else bisect.bisect_left(ranks, succ, i + 1, hi, key=key)
+                j = hi if succ is None else bisect.bisect_left(rs, succ, i + 1, hi, key=key)
                 if (allowed >> b) & 1:
                     try:
                         s = tables.step(chart, b)
                     except HorizonExceeded:
-                        undecided.extend(ranks[i:j])
+                        undecided.extend(rs[i:j])
                         s = None
                     if s is not None:
                         chart.append(s)
-                        walk(i, j, depth + 1)
+                        walk(rs, i, j, depth + 1)
                         chart.pop()
                 i = j
 
-        walk(0, len(ranks), 0)
+        def lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
+            """Decide tokens that stay inside a lexeme or die; return those that may end one."""
+            scans = list(cur.scans)
+            rest: list[int] = []
+            for i in range(lo, hi):
+                r = rs[i]
+                data = sorted_bytes[r]
+                last = len(data) - 1
+                if last < depth:
+                    found.append(r)
+                    continue
+                may_end = False
+                for k, q in scans:
+                    row, acc = rows[k], accept[k]
+                    for pos in range(depth, last + 1):
+                        q = row[q][data[pos]]
+                        if q < 0:
+                            break
+                        if pos < last and acc[q]:
+                            may_end = True
+                    else:
+                        found.append(r)  # this lexeme stays alive to the token's end
+                        break
+                else:
+                    if may_end:
+                        rest.append(r)
+            return rest
+
+        walk(ranks, 0, len(ranks), 0)
         return found, undecided
