@@ -129,6 +129,63 @@ class ParserTables:
             [sum(1 << b for b, t in enumerate(row) if t >= 0) for row in d.rows] for d in lex_dfas
         ]
         self._predictions: dict = {}
+        self.follow_bytes = self._follow_bytes()
+
+    def _follow_bytes(self) -> list[int]:
+        """For each lexeme, a bitmask of the bytes that can come right after it ends.
+
+        A static over-approximation (FIRST/FOLLOW over the grammar, ignored lexemes may
+        follow anything), so a token that would end a lexeme and continue with a byte
+        outside it can be ruled out without the parser: ``abc`` cannot end NAME at ``a``
+        when NAME is never directly followed by a letter.
+        """
+        N = self.n_nonterminals
+        n_lex = len(self.lex_dfas)
+        n_sym = N + n_lex
+        item_next, nullable = self.item_next, self.nullable
+        first = [0] * N + [self.lex_first_bytes[k][0] if self.lex_dfas[k].n_states else 0
+                           for k in range(n_lex)]
+        bodies = []
+        for r, start in enumerate(self.rule_first):
+            end = start
+            while item_next[end] != END:
+                end += 1
+            bodies.append((self.item_lhs[start], item_next[start:end]))
+
+        def first_of(seq) -> tuple[int, bool]:
+            acc = 0
+            for sym in seq:
+                acc |= first[sym]
+                if not nullable[sym]:
+                    return acc, False
+            return acc, True
+
+        changed = True
+        while changed:
+            changed = False
+            for lhs, body in bodies:
+                f, _ = first_of(body)
+                if f & ~first[lhs]:
+                    first[lhs] |= f
+                    changed = True
+        ignored = 0
+        for k in self.ignore_lexemes:
+            ignored |= first[N + k]
+        follow = [0] * n_sym
+        changed = True
+        while changed:
+            changed = False
+            for lhs, body in bodies:
+                for i, sym in enumerate(body):
+                    f, rest_nullable = first_of(body[i + 1:])
+                    if rest_nullable:
+                        f |= follow[lhs]
+                    f |= ignored
+                    if f & ~follow[sym]:
+                        follow[sym] |= f
+                        changed = True
+        everything = (1 << 256) - 1
+        return [everything if self.is_ignore[k] else follow[N + k] for k in range(n_lex)]
 
     def _nullable(self, N: int, lex_nullable: list[bool]) -> list[bool]:
         """nullable[symbol] for every symbol code."""

@@ -43,7 +43,10 @@ def sink_table(transitions: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarr
     return table, acc
 
 
-def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int) -> LexemeTokens:
+def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
+                    follow: np.ndarray | None = None) -> LexemeTokens:
+    """``follow``: bool[256], the bytes that may come right after the lexeme ends (a
+    token that ends the lexeme and continues with another byte is rejected outright)."""
     sink = table.shape[0] - 1
     n_ranks = len(tt.sorted_bytes)
     inside = np.zeros(n_ranks, dtype=bool)
@@ -62,8 +65,44 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
         k = int(np.searchsorted(-lengths[idx], -(pos + 1), side="left"))
         inside[idx[k:]] = True
         idx, st = idx[:k], st[:k]
-        exit_flag[idx[acc[st]]] = True
+        if not idx.size:
+            break
+        ends = acc[st]
+        if follow is not None:
+            ends &= follow[tt.columns[pos + 1][idx]]
+        exit_flag[idx[ends]] = True
     by_id = np.zeros(tt.vocab_size, dtype=bool)
     by_id[tt.rank_to_id[inside]] = True
     exits = exit_flag & ~inside
     return LexemeTokens(inside=pack(by_id), exits=pack(exits), n_exits=int(exits.sum()))
+
+
+def run_suffixes(tt: TokenTable, table: np.ndarray, acc: np.ndarray, follow: np.ndarray,
+                 state: int, ranks: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Run one lexeme DFA from ``state`` over the bytes ``depth:`` of each token in ``ranks``
+    (all longer than ``depth``). Returns (alive at the token's end, may end the lexeme
+    before the end with a byte that can follow it), as bool arrays aligned with ``ranks``."""
+    sink = table.shape[0] - 1
+    n = ranks.shape[0]
+    alive_end = np.zeros(n, dtype=bool)
+    may_end = np.zeros(n, dtype=bool)
+    pos_idx = np.arange(n)
+    lengths = tt.lengths[ranks]
+    st = np.full(n, state, dtype=np.int32)
+    for pos in range(depth, tt.max_len):
+        if not pos_idx.size:
+            break
+        st = table[st, tt.columns[pos][ranks[pos_idx]]]
+        live = st != sink
+        if not live.all():
+            pos_idx, st = pos_idx[live], st[live]
+        ending = lengths[pos_idx] == pos + 1
+        if ending.any():
+            alive_end[pos_idx[ending]] = True
+            keep = ~ending
+            pos_idx, st = pos_idx[keep], st[keep]
+        if not pos_idx.size:
+            break
+        ends = acc[st] & follow[tt.columns[pos + 1][ranks[pos_idx]]]
+        may_end[pos_idx[ends]] = True
+    return alive_end, may_end

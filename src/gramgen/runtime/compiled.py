@@ -40,6 +40,9 @@ class CompiledGrammar:
         self.vocab_size = vocab.size
         self.eos_ids = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
         self._sink_tables = [sink_table(d.transitions, d.accepting) for d in self.tables.lex_dfas]
+        self._follow = [np.unpackbits(np.frombuffer(f.to_bytes(32, "little"), dtype=np.uint8),
+                                      bitorder="little").astype(bool)
+                        for f in self.tables.follow_bytes]
         self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
         self._mask_cache: OrderedDict = OrderedDict()
         self._exit_cache: OrderedDict = OrderedDict()
@@ -62,7 +65,7 @@ class CompiledGrammar:
         found = self._lexeme_tokens.get(key)
         if found is None:
             table, acc = self._sink_tables[lexeme]
-            found = classify_tokens(self.token_table, table, acc, state)
+            found = classify_tokens(self.token_table, table, acc, state, self._follow[lexeme])
             with self._lock:
                 self._lexeme_tokens.setdefault(key, found)
         return found

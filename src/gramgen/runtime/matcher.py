@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..automata.earley import HorizonExceeded, LocalSignatures, horizon_view
+from ..automata.lexeme_tokens import run_suffixes
 from ..errors import TokenRejected
 from . import bitmask
 from .compiled import CompiledGrammar
@@ -294,22 +295,25 @@ class Matcher:
         share a prefix share the parser steps over it, and a dead prefix skips all of its
         tokens with one bisection.
         """
-        sorted_bytes = self._cg.token_table.sorted_bytes
+        cg = self._cg
+        tt = cg.token_table
+        sorted_bytes = tt.sorted_bytes
         tables = self._tables
         found: list[int] = []
         undecided: list[int] = []
         key = sorted_bytes.__getitem__
         successor = _successor
 
-        rows, accept = tables.lex_rows, tables.lex_accept
+        rows, accept, follow = tables.lex_rows, tables.lex_accept, tables.follow_bytes
 
         def walk(rs: list[int], lo: int, hi: int, depth: int) -> None:
             cur = chart[-1]
-            if depth and not cur.items:
-                # between lexeme boundaries only the lexeme DFAs move: run them over each
-                # token's rest directly, and keep the parser for tokens that may end one
-                rs, lo, hi = lexeme_pass(cur, rs, lo, hi, depth), 0, None
-                hi = len(rs)
+            if depth:
+                # A token whose rest keeps one of the current lexemes alive is allowed, and
+                # one that kills them all without ending one (before a byte that may follow
+                # it) is not: run the lexeme DFAs over the rests, keep the parser for the rest.
+                rs = lexeme_pass(cur, rs, lo, hi, depth)
+                lo, hi = 0, len(rs)
                 if not hi:
                     return
             allowed = tables.allowed_bytes(cur)
@@ -340,6 +344,8 @@ class Matcher:
         def lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
             """Decide tokens that stay inside a lexeme or die; return those that may end one."""
             scans = list(cur.scans)
+            if hi - lo > 48:
+                return lexeme_pass_vectorized(scans, rs[lo:hi], depth)
             rest: list[int] = []
             for i in range(lo, hi):
                 r = rs[i]
@@ -350,12 +356,12 @@ class Matcher:
                     continue
                 may_end = False
                 for k, q in scans:
-                    row, acc = rows[k], accept[k]
+                    row, acc, fol = rows[k], accept[k], follow[k]
                     for pos in range(depth, last + 1):
                         q = row[q][data[pos]]
                         if q < 0:
                             break
-                        if pos < last and acc[q]:
+                        if pos < last and acc[q] and (fol >> data[pos + 1]) & 1:
                             may_end = True
                     else:
                         found.append(r)  # this lexeme stays alive to the token's end
@@ -364,6 +370,21 @@ class Matcher:
                     if may_end:
                         rest.append(r)
             return rest
+
+        def lexeme_pass_vectorized(scans, group: list[int], depth: int) -> list[int]:
+            arr = np.array(group, dtype=np.int64)
+            short = tt.lengths[arr] <= depth
+            found.extend(arr[short].tolist())
+            arr = arr[~short]
+            alive = np.zeros(arr.shape[0], dtype=bool)
+            may = np.zeros(arr.shape[0], dtype=bool)
+            for k, q in scans:
+                table, acc = cg._sink_tables[k]
+                a, e = run_suffixes(tt, table, acc, cg._follow[k], q, arr, depth)
+                alive |= a
+                may |= e
+            found.extend(arr[alive].tolist())
+            return arr[may & ~alive].tolist()
 
         walk(ranks, 0, len(ranks), 0)
         return found, undecided
