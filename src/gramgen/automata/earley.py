@@ -262,14 +262,7 @@ class ParserTables:
             if sym == END:
                 if origin >= len(chart):  # only the start item, completed at position 0
                     continue
-                lhs = item_lhs[it]
-                so = chart[origin]
-                w = so.waiting.get(lhs)
-                if w:
-                    agenda.extend([(it2 + 1, o2) for it2, o2 in w])
-                p = so.pred.get(lhs)
-                if p:
-                    agenda.extend([(it2 + 1, origin) for it2 in p])
+                _advance_over(agenda, chart[origin], item_lhs[it], origin)
                 continue
             w = waiting.get(sym)
             if w is None:
@@ -311,15 +304,8 @@ class ParserTables:
                     for o in origins:
                         agenda.extend(chart[o].items)
                 else:
-                    sym = N + k
                     for o in origins:
-                        so = chart[o]
-                        w = so.waiting.get(sym)
-                        if w:
-                            agenda.extend([(it + 1, o2) for it, o2 in w])
-                        p = so.pred.get(sym)
-                        if p:
-                            agenda.extend([(it + 1, o) for it in p])
+                        _advance_over(agenda, chart[o], N + k, o)
         if not new_scans:
             return None
         if not agenda:
@@ -357,6 +343,17 @@ class ParserTables:
             parts.append((-1 - k, q, frozenset(chart[o].sig if o != j else None for o in origins)))
         sig = frozenset(parts)
         return intern.setdefault(sig, sig)
+
+
+def _advance_over(agenda: list, s: EarleySet, sym: int, origin: int) -> None:
+    """Earley's completer: the items of set ``s`` (at position ``origin``) that wait on
+    ``sym``, moved past it, onto the agenda."""
+    w = s.waiting.get(sym)
+    if w:
+        agenda.extend([(it + 1, o) for it, o in w])
+    p = s.pred.get(sym)
+    if p:
+        agenda.extend([(it + 1, origin) for it in p])
 
 
 class LocalSignatures:
