@@ -268,8 +268,6 @@ class Matcher:
             key = (depth, local.at(depth))
             entry = cg.cached_exits(key)
             if entry is None:
-                if not isinstance(ranks, list):
-                    ranks = ranks.tolist()
                 found, undecided = self._walk_exits(horizon_view(chart, j, depth), ranks)
                 entry = (self._pack_ranks(found), undecided)
                 cg.store_exits(key, entry)
@@ -277,7 +275,7 @@ class Matcher:
             ranks = entry[1]
             if not ranks:
                 return out
-        found, _ = self._walk_exits(list(chart), list(ranks))
+        found, _ = self._walk_exits(list(chart), ranks)
         return out | self._pack_ranks(found)
 
     def _pack_ranks(self, ranks: list[int]) -> np.ndarray:
@@ -286,7 +284,7 @@ class Matcher:
         bitmask.set_bits(out, cg.token_table.rank_to_id[np.array(ranks, dtype=np.int64)])
         return out
 
-    def _walk_exits(self, chart: list, ranks: list[int]) -> tuple[list[int], list[int]]:
+    def _walk_exits(self, chart: list, ranks) -> tuple[list[int], list[int]]:
         """Which of these tokens (byte-sorted ranks) the parser accepts after ``chart`` (a
         scratch copy of the chart, extended and shrunk during the walk), and which it could
         not decide because they reach beyond the chart's horizon.
@@ -306,9 +304,9 @@ class Matcher:
 
         rows, accept, follow = tables.lex_rows, tables.lex_accept, tables.follow_bytes
 
-        def walk(rs: list[int], lo: int, hi: int, depth: int) -> None:
+        def walk(rs: list[int], lo: int, hi: int, depth: int, checked: bool = False) -> None:
             cur = chart[-1]
-            if depth:
+            if depth and not checked:
                 # A token whose rest keeps one of the current lexemes alive is allowed, and
                 # one that kills them all without ending one (before a byte that may follow
                 # it) is not: run the lexeme DFAs over the rests, keep the parser for the rest.
@@ -345,7 +343,7 @@ class Matcher:
             """Decide tokens that stay inside a lexeme or die; return those that may end one."""
             scans = list(cur.scans)
             if hi - lo > 48:
-                return lexeme_pass_vectorized(scans, rs[lo:hi], depth)
+                return lexeme_pass_vectorized(cur, scans, rs[lo:hi], depth)
             rest: list[int] = []
             for i in range(lo, hi):
                 r = rs[i]
@@ -371,11 +369,14 @@ class Matcher:
                         rest.append(r)
             return rest
 
-        def lexeme_pass_vectorized(scans, group: list[int], depth: int) -> list[int]:
-            arr = np.array(group, dtype=np.int64)
+        def lexeme_pass_vectorized(cur, scans, group, depth: int) -> list[int]:
+            arr = np.asarray(group, dtype=np.int64)
             short = tt.lengths[arr] <= depth
             found.extend(arr[short].tolist())
             arr = arr[~short]
+            # only tokens whose next byte some lexeme can take go on
+            nxt = np.frombuffer(tables.allowed_bytes(cur).to_bytes(32, "little"), dtype=np.uint8)
+            arr = arr[np.unpackbits(nxt, bitorder="little").view(bool)[tt.columns[depth][arr]]]
             alive = np.zeros(arr.shape[0], dtype=bool)
             may = np.zeros(arr.shape[0], dtype=bool)
             for k, q in scans:
@@ -386,5 +387,26 @@ class Matcher:
             found.extend(arr[alive].tolist())
             return arr[may & ~alive].tolist()
 
-        walk(ranks, 0, len(ranks), 0)
+        # the first byte, with numpy: exit candidates can be tens of thousands of tokens
+        arr = np.asarray(ranks, dtype=np.int64)
+        firsts = tt.columns[0][arr]
+        allowed = tables.allowed_bytes(chart[-1])
+        for b in np.unique(firsts).tolist():
+            if not (allowed >> b) & 1:
+                continue
+            group = arr[firsts == b]
+            try:
+                s = tables.step(chart, b)
+            except HorizonExceeded:
+                undecided.extend(group.tolist())
+                continue
+            if s is None:
+                continue
+            chart.append(s)
+            if group.shape[0] > 48:
+                rest = lexeme_pass_vectorized(s, list(s.scans), group, 1)
+            else:
+                rest = lexeme_pass(s, group.tolist(), 0, group.shape[0], 1)
+            walk(rest, 0, len(rest), 1, checked=True)
+            chart.pop()
         return found, undecided
