@@ -17,7 +17,7 @@ from .compiled import CompiledGrammar
 _HORIZONS = (2, 3, 4, 5, 6, 8, 12)
 
 
-def _successor(prefix: bytes) -> bytes:
+def _successor(prefix: bytes) -> bytes | None:
     """The smallest byte string greater than every string starting with ``prefix``."""
     p = prefix.rstrip(b"\xff")
     return p[:-1] + bytes((p[-1] + 1,)) if p else None  # None: nothing sorts after them
@@ -261,7 +261,7 @@ class Matcher:
         cg = self._cg
         chart = self._chart
         j = len(chart) - 1
-        ranks = cands  # a numpy array until a walk needs a list
+        ranks = cands  # then the tokens left undecided by each horizon
         local = LocalSignatures(self._tables, chart, j)
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         for depth in _HORIZONS:
