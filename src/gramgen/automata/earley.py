@@ -333,16 +333,17 @@ class ParserTables:
         scans, and, through origins, on the sets those refer to; origins are replaced by
         their own (interned) signatures, so equal signatures mean isomorphic charts.
         """
-        s = chart[j]
-        relevant = self.relevant_item
-        parts = []
-        for it, o in s.items:
-            if o != j and relevant[it]:
-                parts.append((it, chart[o].sig))
-        for (k, q), origins in s.scans.items():
-            parts.append((-1 - k, q, frozenset(chart[o].sig if o != j else None for o in origins)))
-        sig = frozenset(parts)
+        sig = self.signature_of(chart[j], j, lambda o: chart[o].sig)
         return intern.setdefault(sig, sig)
+
+    def signature_of(self, s: EarleySet, j: int, sig_of) -> frozenset:
+        """The relevant content of set ``s`` (at position ``j``) with every other set it
+        refers to replaced by ``sig_of(position)``; the set itself is written ``None``."""
+        relevant = self.relevant_item
+        parts = [(it, None if o == j else sig_of(o)) for it, o in s.items if relevant[it]]
+        for (k, q), origins in s.scans.items():
+            parts.append((-1 - k, q, frozenset(None if o == j else sig_of(o) for o in origins)))
+        return frozenset(parts)
 
 
 def _advance_over(agenda: list, s: EarleySet, sym: int, origin: int) -> None:
@@ -381,11 +382,7 @@ class LocalSignatures:
             local = st.local = {}
         found = local.get(d)
         if found is None:
-            relevant = self.tables.relevant_item
-            parts = [(it, None if o == idx else self._sig(o, d - 1)) for it, o in st.items if relevant[it]]
-            for (k, q), origins in st.scans.items():
-                parts.append((-1 - k, q, frozenset(None if o == idx else self._sig(o, d - 1) for o in origins)))
-            found = local[d] = frozenset(parts)
+            found = local[d] = self.tables.signature_of(st, idx, lambda o: self._sig(o, d - 1))
         return found
 
 

@@ -39,8 +39,10 @@ class CompiledGrammar:
         self.token_table: TokenTable = token_table_for(vocab)
         self.vocab_size = vocab.size
         self.eos_ids = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
-        self._sink_tables = [sink_table(d.transitions, d.accepting) for d in self.tables.lex_dfas]
-        self._follow = [np.unpackbits(np.frombuffer(f.to_bytes(32, "little"), dtype=np.uint8),
+        #: per lexeme: its DFA with an explicit sink state, and bool[256] of the bytes that
+        #: may follow it (see ParserTables.follow_bytes); shared by classification and walks
+        self.sink_tables = [sink_table(d.transitions, d.accepting) for d in self.tables.lex_dfas]
+        self.follow_masks = [np.unpackbits(np.frombuffer(f.to_bytes(32, "little"), dtype=np.uint8),
                                       bitorder="little").astype(bool)
                         for f in self.tables.follow_bytes]
         self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
@@ -64,8 +66,8 @@ class CompiledGrammar:
         key = (lexeme, state)
         found = self._lexeme_tokens.get(key)
         if found is None:
-            table, acc = self._sink_tables[lexeme]
-            found = classify_tokens(self.token_table, table, acc, state, self._follow[lexeme])
+            table, acc = self.sink_tables[lexeme]
+            found = classify_tokens(self.token_table, table, acc, state, self.follow_masks[lexeme])
             with self._lock:
                 self._lexeme_tokens.setdefault(key, found)
         return found

@@ -380,8 +380,8 @@ class Matcher:
             alive = np.zeros(arr.shape[0], dtype=bool)
             may = np.zeros(arr.shape[0], dtype=bool)
             for k, q in scans:
-                table, acc = cg._sink_tables[k]
-                a, e = run_suffixes(tt, table, acc, cg._follow[k], q, arr, depth)
+                table, acc = cg.sink_tables[k]
+                a, e = run_suffixes(tt, table, acc, cg.follow_masks[k], q, arr, depth)
                 alive |= a
                 may |= e
             found.extend(arr[alive].tolist())
