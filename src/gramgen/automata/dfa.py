@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import CompileLimitError
-from ..grammar.ir import Alt, ByteRanges, CharRanges, Regex, Repeat, Seq, normalize_ranges
+from ..grammar.ir import Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq, normalize_ranges
 from .utf8 import EXIT, utf8_automaton
 
 NFA_STATES_PER_DFA_STATE = 20
@@ -145,6 +145,8 @@ class _NFA:
             elif isinstance(r, Repeat):
                 copies = r.max if r.max is not None else r.min + 1
                 n = 2 + copies * (size(r.item) + 1) if copies else 1
+            elif isinstance(r, Automaton):
+                n = 1 + r.n_states + sum(size(label) for _, label, _ in r.edges)
             else:
                 raise TypeError(f"not a regex node: {r!r}")
             memo[key] = n
@@ -184,6 +186,8 @@ class _NFA:
             return dst
         if isinstance(rx, Repeat):
             return self._repeat(rx, src)
+        if isinstance(rx, Automaton):
+            return self._automaton(rx, src)
         raise TypeError(f"not a regex node: {rx!r}")
 
     def _chars(self, rx: CharRanges, src: int) -> int:
@@ -194,6 +198,18 @@ class _NFA:
             out = self.edges[ids[i]]
             for lo, hi, target in edges:
                 out.append((lo, hi, dst if target == EXIT else ids[target]))
+        return dst
+
+    def _automaton(self, rx: Automaton, src: int) -> int:
+        # every automaton state gets a fresh NFA state; edges enter it by epsilon so that
+        # a label's own loops can never leak into another edge's path
+        ids = [self.state() for _ in range(rx.n_states)]
+        self.eps[src].append(ids[rx.start])
+        for a, label, b in rx.edges:
+            self.eps[self.build(label, ids[a])].append(ids[b])
+        dst = self.state()
+        for q in rx.accepting:
+            self.eps[ids[q]].append(dst)
         return dst
 
     def _repeat(self, rx: Repeat, src: int) -> int:

@@ -65,6 +65,23 @@ class Repeat(Regex):
     max: int | None
 
 
+@dataclass(frozen=True)
+class Automaton(Regex):
+    """A finite automaton whose edges are labelled by regexes (``(src, regex, dst)``).
+
+    Lets a frontend hand over the result of automaton algebra (intersection, difference,
+    e.g. a JSON Schema ``pattern`` with ``maxLength``) without converting it back to a
+    regular expression, which can be exponentially larger. The start state is ``start``;
+    the automaton matches a string when some path from ``start`` to a state in
+    ``accepting`` spells it.
+    """
+
+    n_states: int
+    start: int
+    edges: tuple[tuple[int, Regex, int], ...]
+    accepting: tuple[int, ...]
+
+
 EMPTY = Seq(())
 NOTHING = Alt(())
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from .ir import (EMPTY, NOTHING, Alt, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule, Seq,
-                 normalize_ranges)
+from .ir import (EMPTY, NOTHING, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule,
+                 Seq, normalize_ranges)
 
 __all__ = ["collapse_regular", "split_nullable_lexemes", "nullable", "without_empty", "regex_size",
            "seq", "alt", "is_nothing"]
@@ -113,6 +113,23 @@ def nullable(rx: Regex) -> bool:
         return any(nullable(i) for i in rx.items)
     if isinstance(rx, Repeat):
         return rx.min == 0 or nullable(rx.item)
+    if isinstance(rx, Automaton):
+        return _automaton_nullable(rx)
+    return False
+
+
+def _automaton_nullable(rx: Automaton) -> bool:
+    """Whether an accepting state is reachable from the start over nullable labels."""
+    seen, todo = {rx.start}, [rx.start]
+    accepting = set(rx.accepting)
+    while todo:
+        q = todo.pop()
+        if q in accepting:
+            return True
+        for a, label, b in rx.edges:
+            if a == q and b not in seen and nullable(label):
+                seen.add(b)
+                todo.append(b)
     return False
 
 
@@ -138,7 +155,24 @@ def without_empty(rx: Regex) -> Regex:
         if rest_max == 0:
             return inner
         return seq([inner, rest])
+    if isinstance(rx, Automaton):
+        return _automaton_without_empty(rx)
     raise TypeError(f"unexpected regex node {rx!r}")  # pragma: no cover
+
+
+def _automaton_without_empty(rx: Automaton) -> Regex:
+    """Two copies of the automaton: copy 0 has read only empty matches so far (nothing
+    accepts there), copy 1 has read something; a non-empty label crosses from 0 to 1."""
+    n = rx.n_states
+    edges: list[tuple[int, Regex, int]] = []
+    for a, label, b in rx.edges:
+        edges.append((n + a, label, n + b))
+        ne = without_empty(label)
+        if not is_nothing(ne):
+            edges.append((a, ne, n + b))
+        if nullable(label):
+            edges.append((a, EMPTY, b))
+    return Automaton(2 * n, rx.start, tuple(edges), tuple(n + q for q in rx.accepting))
 
 
 def regex_size(rx: Regex) -> int:
@@ -156,6 +190,10 @@ def _measure(rx: Regex, memo: dict[int, tuple[int, int]]) -> tuple[int, int]:
         elif isinstance(rx, Repeat):
             size, depth = _measure(rx.item, memo)
             memo[key] = (size + 1, depth + 1)
+        elif isinstance(rx, Automaton):
+            parts = [_measure(label, memo) for _, label, _ in rx.edges]
+            memo[key] = (1 + rx.n_states + sum(p[0] for p in parts),
+                         1 + max((p[1] for p in parts), default=0))
         else:
             memo[key] = (1, 1)
     return memo[key]

@@ -1,0 +1,304 @@
+"""Deterministic automata over Unicode code points, for regex algebra in frontends.
+
+Lexeme regexes have union, concatenation and repetition but no intersection or
+complement. JSON Schema needs both at the level of *decoded* string content: ``pattern``
+together with ``maxLength``, a ``format`` with a ``pattern``, property names that match
+no declared name. We build small code-point DFAs (edges labelled by code-point ranges),
+combine them with product constructions, and hand the result to the engine as an
+:class:`~gramgen.grammar.ir.Automaton` whose edge labels a caller chooses (for JSON: the
+escaped spellings of each range), so no conversion back to a regex is ever needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import CompileLimitError
+from .ir import (EMPTY, MAX_CODEPOINT, Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq,
+                 normalize_ranges)
+
+Ranges = tuple[tuple[int, int], ...]
+Edges = list[tuple[int, int, int]]  # (lo, hi, target), sorted and disjoint
+
+DEFAULT_MAX_STATES = 20_000
+
+
+class CodepointDFA:
+    """A DFA over code points: ``edges[s]`` holds sorted disjoint ``(lo, hi, target)``;
+    state 0 is the start; a missing range means rejection."""
+
+    __slots__ = ("edges", "accepting")
+
+    def __init__(self, edges: list[Edges], accepting: list[bool]):
+        self.edges = edges
+        self.accepting = accepting
+
+    @property
+    def n_states(self) -> int:
+        return len(self.accepting)
+
+    def is_empty(self) -> bool:
+        return not any(self.accepting)
+
+    def matches(self, text: str) -> bool:
+        """Whether the DFA accepts ``text`` (for tests and asserts)."""
+        if not self.accepting:
+            return False
+        q = 0
+        for ch in text:
+            c = ord(ch)
+            for lo, hi, t in self.edges[q]:
+                if lo <= c <= hi:
+                    q = t
+                    break
+            else:
+                return False
+        return self.accepting[q]
+
+
+# ------------------------------------------------------------------- regex -> NFA
+
+
+class _NFA:
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[int, int, int]]] = []
+
+    def state(self) -> int:
+        if len(self.eps) >= self.budget:
+            raise CompileLimitError(f"string constraint needs more than {self.budget} automaton states")
+        self.eps.append([])
+        self.edges.append([])
+        return len(self.eps) - 1
+
+    def build(self, rx: Regex, src: int) -> int:
+        if isinstance(rx, CharRanges):
+            dst = self.state()
+            for lo, hi in rx.ranges:
+                self.edges[src].append((lo, hi, dst))
+            return dst
+        if isinstance(rx, Seq):
+            for item in rx.items:
+                src = self.build(item, src)
+            return src
+        if isinstance(rx, Alt):
+            dst = self.state()
+            for item in rx.items:
+                self.eps[self.build(item, src)].append(dst)
+            return dst
+        if isinstance(rx, Repeat):
+            lo, hi = rx.min, rx.max
+            if hi is not None and hi < lo:
+                return self.state()
+            for _ in range(lo):
+                src = self.build(rx.item, src)
+            if hi is None:
+                head = self.state()
+                self.eps[src].append(head)
+                self.eps[self.build(rx.item, head)].append(head)
+                return head
+            dst = self.state()
+            for _ in range(hi - lo):
+                self.eps[src].append(dst)
+                src = self.build(rx.item, src)
+            self.eps[src].append(dst)
+            return dst
+        if isinstance(rx, Automaton):
+            ids = [self.state() for _ in range(rx.n_states)]
+            self.eps[src].append(ids[rx.start])
+            for a, label, b in rx.edges:
+                self.eps[self.build(label, ids[a])].append(ids[b])
+            dst = self.state()
+            for q in rx.accepting:
+                self.eps[ids[q]].append(dst)
+            return dst
+        if isinstance(rx, ByteRanges):
+            raise TypeError("raw byte classes have no code-point automaton")
+        raise TypeError(f"not a regex node: {rx!r}")
+
+    def closure(self, states) -> frozenset[int]:
+        seen = set(states)
+        todo = list(states)
+        while todo:
+            for t in self.eps[todo.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return frozenset(seen)
+
+
+def _split(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, frozenset[int]]]:
+    """Elementary intervals of overlapping ranges with the set of targets of each."""
+    events: dict[int, list[tuple[int, int]]] = {}
+    for lo, hi, t in edges:
+        events.setdefault(lo, []).append((1, t))
+        events.setdefault(hi + 1, []).append((-1, t))
+    active: dict[int, int] = {}
+    out = []
+    points = sorted(events)
+    for i, p in enumerate(points):
+        for delta, t in events[p]:
+            n = active.get(t, 0) + delta
+            if n:
+                active[t] = n
+            else:
+                del active[t]
+        if active and i + 1 < len(points):
+            out.append((p, points[i + 1] - 1, frozenset(active)))
+    return out
+
+
+def from_regex(rx: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointDFA:
+    """Subset construction over code-point intervals, then trimming."""
+    nfa = _NFA(max(100_000, 20 * max_states))
+    start = nfa.state()
+    final = nfa.build(rx, start)
+    first = nfa.closure([start])
+    index = {first: 0}
+    order = [first]
+    edges: list[Edges] = []
+    i = 0
+    while i < len(order):
+        cur = order[i]
+        i += 1
+        out: Edges = []
+        raw = [e for s in cur for e in nfa.edges[s]]
+        for lo, hi, targets in _split(raw):
+            nxt = nfa.closure(targets)
+            j = index.get(nxt)
+            if j is None:
+                if len(order) >= max_states:
+                    raise CompileLimitError(f"string constraint needs more than {max_states} DFA states")
+                j = index[nxt] = len(order)
+                order.append(nxt)
+            if out and out[-1][2] == j and out[-1][1] + 1 == lo:
+                out[-1] = (out[-1][0], hi, j)
+            else:
+                out.append((lo, hi, j))
+        edges.append(out)
+    return trim(CodepointDFA(edges, [final in s for s in order]))
+
+
+# ---------------------------------------------------------------- algebra
+
+
+def trim(dfa: CodepointDFA) -> CodepointDFA:
+    """Keep the states reachable from the start that can reach acceptance; renumber."""
+    n = dfa.n_states
+    if n == 0:
+        return dfa
+    rev: list[list[int]] = [[] for _ in range(n)]
+    for s, out in enumerate(dfa.edges):
+        for _, _, t in out:
+            rev[t].append(s)
+    alive = {s for s in range(n) if dfa.accepting[s]}
+    todo = list(alive)
+    while todo:
+        for p in rev[todo.pop()]:
+            if p not in alive:
+                alive.add(p)
+                todo.append(p)
+    if 0 not in alive:
+        return CodepointDFA([], [])
+    new = {0: 0}
+    order = [0]
+    i = 0
+    while i < len(order):
+        for _, _, t in dfa.edges[order[i]]:
+            if t in alive and t not in new:
+                new[t] = len(order)
+                order.append(t)
+        i += 1
+    edges = [[(lo, hi, new[t]) for lo, hi, t in dfa.edges[s] if t in alive] for s in order]
+    return CodepointDFA(edges, [dfa.accepting[s] for s in order])
+
+
+def _product(a: CodepointDFA, b: CodepointDFA, accept: Callable[[bool, bool], bool],
+             keep_missing_b: bool, max_states: int) -> CodepointDFA:
+    """Product automaton; with ``keep_missing_b`` a missing edge of ``b`` leads to b's
+    implicit dead state (index -1), as a difference needs."""
+    if a.is_empty():
+        return CodepointDFA([], [])
+    index = {(0, 0 if b.n_states else -1): 0}
+    order = [(0, 0 if b.n_states else -1)]
+    edges: list[Edges] = []
+    i = 0
+    while i < len(order):
+        qa, qb = order[i]
+        i += 1
+        out: Edges = []
+        eb = b.edges[qb] if qb >= 0 else []
+        for lo, hi, ta in a.edges[qa]:
+            pieces: list[tuple[int, int, int]] = []
+            cur = lo
+            for blo, bhi, tb in eb:
+                if bhi < cur or blo > hi:
+                    continue
+                if blo > cur and keep_missing_b:
+                    pieces.append((cur, blo - 1, -1))
+                pieces.append((max(blo, cur), min(bhi, hi), tb))
+                cur = min(bhi, hi) + 1
+                if cur > hi:
+                    break
+            if cur <= hi and keep_missing_b:
+                pieces.append((cur, hi, -1))
+            for plo, phi, tb in pieces:
+                key = (ta, tb)
+                j = index.get(key)
+                if j is None:
+                    if len(order) >= max_states:
+                        raise CompileLimitError(
+                            f"string constraint needs more than {max_states} automaton states")
+                    j = index[key] = len(order)
+                    order.append(key)
+                out.append((plo, phi, j))
+        out.sort()
+        edges.append(out)
+    acc = [accept(a.accepting[qa], qb >= 0 and b.accepting[qb]) for qa, qb in order]
+    return trim(CodepointDFA(edges, acc))
+
+
+def intersect(a: CodepointDFA, b: CodepointDFA, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointDFA:
+    return _product(a, b, lambda x, y: x and y, False, max_states)
+
+
+def difference(a: CodepointDFA, b: CodepointDFA, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointDFA:
+    """Strings of ``a`` that ``b`` does not accept."""
+    return _product(a, b, lambda x, y: x and not y, True, max_states)
+
+
+def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
+    """The DFA as an IR :class:`Automaton` whose edge for a set of code points is
+    ``label(ranges)`` (e.g. every JSON spelling of those characters)."""
+    if dfa.is_empty():
+        return Alt(())
+    grouped: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for s, out in enumerate(dfa.edges):
+        for lo, hi, t in out:
+            grouped.setdefault((s, t), []).append((lo, hi))
+    cache: dict[Ranges, Regex] = {}
+    edges = []
+    for (s, t), ranges in grouped.items():
+        key = normalize_ranges(ranges)
+        if key not in cache:
+            cache[key] = label(key)
+        edges.append((s, cache[key], t))
+    accepting = tuple(s for s, acc in enumerate(dfa.accepting) if acc)
+    if dfa.n_states == 1 and not edges:
+        return EMPTY
+    return Automaton(dfa.n_states, 0, tuple(edges), accepting)
+
+
+ANY_CHAR: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
+
+
+def as_regex(dfa: CodepointDFA) -> Regex:
+    """The DFA as a plain lexeme regex node (edges labelled by their code points)."""
+    return to_automaton(dfa, CharRanges)
+
+
+def regex_and(a: Regex, b: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> Regex:
+    """A regex node for the intersection of two code-point regexes."""
+    return as_regex(intersect(from_regex(a, max_states=max_states), from_regex(b, max_states=max_states),
+                              max_states=max_states))

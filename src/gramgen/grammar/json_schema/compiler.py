@@ -1,0 +1,1154 @@
+"""JSON Schema -> grammar IR.
+
+One nonterminal per (sub)schema, memoized by node identity so ``$ref`` recursion becomes
+grammar recursion. Primitive values are lexemes; objects and arrays are small rule
+systems. Everything the grammar cannot express exactly raises :class:`SchemaError` with the
+keyword's JSON pointer (or, with ``lenient=True``, is relaxed and listed in
+``Grammar.ir.meta["relaxed"]``). The documented over-constraints (README, "JSON Schema"):
+properties in schema order, canonical numbers (no exponent once bounded, no ``-0``),
+``enum``/``const`` values serialized canonically, bounded whitespace.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from ...errors import CompileLimitError, GrammarError, SchemaError
+from .. import cpdfa
+from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal
+from ..simplify import alt, collapse_regular, seq
+from . import numbers, strings
+from .loader import Resolver, draft_of, read_schema
+
+ANNOTATIONS = {
+    "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
+    "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$defs", "definitions", "$vocabulary",
+    "contentEncoding", "contentMediaType", "contentSchema", "discriminator", "nullable_annotation",
+}
+"""Keywords that never constrain an instance (``$defs`` holds schemas only reached by $ref)."""
+
+SUPPORTED = {
+    "type", "enum", "const", "$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+    "properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+    "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies",
+    "unevaluatedProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems",
+    "uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems",
+    "minLength", "maxLength", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+}
+"""Every validation keyword of drafts 4-2020-12 (some only in simple forms, see below);
+anything else that is not an annotation is an unknown extension keyword, which validators
+ignore, so we do too."""
+
+KNOWN_UNSUPPORTED = {"$dynamicRef", "$recursiveRef", "$recursiveAnchor"}
+
+TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
+STRING_FORMATS_WE_REJECT = {"regex", "iri", "iri-reference", "idn-email", "idn-hostname", "uri-template"}
+"""Standard formats with no exact regex here: a SchemaError (or lenient)."""
+
+MAX_RULES = 200_000
+MAX_UNROLL = 1_000
+MAX_MERGE_DEPTH = 32
+
+
+class _Empty(Exception):
+    """The (sub)schema accepts nothing."""
+
+
+class SchemaCompiler:
+    def __init__(self, schema: Any, *, whitespace: str = "compact", max_whitespace: int = 20,
+                 strict: bool = False, lenient: bool = False, lenient_formats: bool = False,
+                 refs: dict[str, Any] | None = None, draft: int | None = None,
+                 property_order: str = "schema"):
+        if whitespace not in ("compact", "flexible"):
+            raise SchemaError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}", "")
+        if property_order not in ("schema", "any"):
+            raise SchemaError(f"property_order must be 'schema' or 'any', not {property_order!r}", "")
+        schema = read_schema(schema)
+        self.draft = draft or draft_of(schema)
+        self.resolver = Resolver(schema, self.draft, refs)
+        self.flexible = whitespace == "flexible"
+        self.max_ws = max_whitespace
+        self.strict = strict
+        self.lenient = lenient
+        self.lenient_formats = lenient_formats
+        self.any_order = property_order == "any"
+        self.relaxed: list[str] = []
+        self.rules: list[Rule] = []
+        self.lexemes: dict[str, Regex] = {}
+        self._lex_ids: dict[int, str] = {}
+        self._memo: dict[int, str | None] = {}
+        self._keep: list[Any] = []  # merged schemas stay alive so their ids stay unique
+        self._n = 0
+        self._validator_cls = None
+
+    # -------------------------------------------------------------- plumbing
+
+    def fresh(self, hint: str) -> str:
+        self._n += 1
+        return f"{hint}_{self._n}"
+
+    def rule(self, lhs: str, *rhs: str) -> None:
+        if len(self.rules) >= MAX_RULES:
+            raise CompileLimitError(f"the schema needs more than {MAX_RULES} grammar rules")
+        self.rules.append(Rule(lhs, tuple(rhs)))
+
+    def lex(self, rx: Regex, hint: str = "L") -> str:
+        key = id(rx)
+        name = self._lex_ids.get(key)
+        if name is None:
+            name = self.fresh(hint)
+            self.lexemes[name] = rx
+            self._lex_ids[key] = name
+            self._keep.append(rx)
+        return name
+
+    def unsupported(self, keyword: str, node: Any, why: str) -> None:
+        """Raise, or with ``lenient`` record that ``keyword`` is relaxed."""
+        pointer = self.resolver.pointer(node)
+        where = f"{pointer}/{keyword}"
+        if self.lenient:
+            self.relaxed.append(f"{where}: {why}")
+            return
+        raise SchemaError(f"unsupported: {keyword} at {where or '/'}: {why} (pass lenient=True to relax it)",
+                          where)
+
+    # -------------------------------------------------------------- whitespace & punctuation
+
+    @property
+    def ws(self) -> Regex:
+        return Repeat(CharRanges(((9, 10), (13, 13), (32, 32))), 0, self.max_ws) if self.flexible else EMPTY
+
+    def punct(self, ch: str) -> Regex:
+        if not self.flexible:
+            return literal(ch)
+        if ch in "{[":
+            return seq([literal(ch), self.ws])
+        if ch in "}]":
+            return seq([self.ws, literal(ch)])
+        return seq([self.ws, literal(ch), self.ws])
+
+    # -------------------------------------------------------------- entry
+
+    def build(self) -> GrammarIR:
+        top = self.value(self.resolver.root)
+        if top is None:
+            raise SchemaError("the schema accepts no JSON value at all", "")
+        if self.flexible:
+            ws = self.lex(self.ws, "WS") if self.max_ws > 0 else None
+            if ws:
+                self.rule("start", ws, top, ws)
+                self.rule("start", ws, top)
+                self.rule("start", top, ws)
+            self.rule("start", top)
+        else:
+            self.rule("start", top)
+        ir = GrammarIR(self.rules, self.lexemes, "start", source="<json schema>",
+                       meta={"relaxed": list(self.relaxed), "draft": self.draft})
+        ir = _prune_unproductive(ir)
+        try:
+            return collapse_regular(ir)
+        except GrammarError:
+            return ir
+
+    # -------------------------------------------------------------- schemas
+
+    def value(self, node: Any) -> str | None:
+        """Nonterminal for the instances valid under ``node`` (None: none are)."""
+        key = id(node)
+        if key in self._memo:
+            return self._memo[key]
+        if isinstance(node, dict) and "$ref" in node and not any(k in node for k in KNOWN_UNSUPPORTED) and (
+                self.draft <= 7 or not _asserts({k: v for k, v in node.items() if k != "$ref"})):
+            name = self.fresh("v")
+            self._memo[key] = name  # a cycle of bare references derives nothing
+            target = self.resolver.resolve(node["$ref"], self.resolver.pointer(node) + "/$ref")
+            sym = self.value(target)
+            self._memo[key] = sym
+            return sym
+        name = self.fresh("v")
+        self._memo[key] = name  # recursion through $ref refers back to this name
+        try:
+            alternatives = self._alternatives(node)
+        except _Empty:
+            alternatives = []
+        if not alternatives:
+            self._memo[key] = None
+            return None
+        for rhs in alternatives:
+            self.rule(name, rhs)
+        return name
+
+    def _alternatives(self, node: Any) -> list[str]:
+        if node is True:
+            return [self.any_value()]
+        if node is False:
+            return []
+        if not isinstance(node, dict):
+            raise SchemaError("a schema must be an object or a boolean", self.resolver.pointer(node))
+        node = self.normalize(node, 0)
+        if node is True:
+            return [self.any_value()]
+        if node is False:
+            return []
+        return self._branches(node)
+
+    def normalize(self, node: Any, depth: int) -> Any:
+        """Resolve ``$ref`` and merge ``allOf`` into one schema (without recursion into
+        the targets of self-references, which stay references)."""
+        if depth > MAX_MERGE_DEPTH:
+            raise SchemaError("allOf / $ref merging nests too deeply (a recursive allOf?)",
+                              self.resolver.pointer(node))
+        if isinstance(node, bool) or not isinstance(node, dict):
+            return node
+        for kw in KNOWN_UNSUPPORTED:
+            if kw in node:
+                self.unsupported(kw, node, "dynamic references are not supported")
+        if "$ref" in node:
+            target = self.resolver.resolve(node["$ref"], self.resolver.pointer(node) + "/$ref")
+            if self.draft <= 7:
+                return self.normalize(target, depth + 1)
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            if not _asserts(rest):
+                return self.normalize(target, depth + 1)
+            return self.merge([target, rest], node, depth + 1, owner=1)
+        if "allOf" in node:
+            parts = node["allOf"]
+            rest = {k: v for k, v in node.items() if k != "allOf"}
+            return self.merge([rest, *parts], node, depth + 1)
+        return node
+
+    def merge(self, parts: list[Any], where: Any, depth: int, owner: int = 0) -> Any:
+        """allOf of ``parts`` as one schema, or SchemaError when not exactly mergeable.
+
+        ``owner`` is the part holding the keywords of the schema being merged into; only
+        its ``unevaluated*`` may see the other parts' properties/items (a nested one
+        sees only its own subschema, which merging would hide)."""
+        normalized = []
+        for i, part in enumerate(parts):
+            part = self.normalize(part, depth)
+            if part is False:
+                return False
+            if part is True:
+                continue
+            if i != owner:
+                for kw in ("unevaluatedProperties", "unevaluatedItems"):
+                    if kw in part and part[kw] is not True:
+                        self.unsupported(kw, part, "inside a subschema that is merged with others")
+            normalized.append(part)
+        merged: dict[str, Any] = {}
+        for part in normalized:
+            for kw, val in part.items():
+                if kw in ANNOTATIONS or kw in _STRUCTURE:
+                    continue
+                if kw not in merged:
+                    merged[kw] = val
+                    continue
+                merged[kw] = self._merge_keyword(kw, merged[kw], val, merged, where)
+        self._merge_objects(normalized, merged, where)
+        self._merge_arrays(normalized, merged, where)
+        self._keep.append(merged)
+        self.resolver.pointers[id(merged)] = self.resolver.pointer(where)
+        return merged
+
+    def _merge_objects(self, parts: list[dict], merged: dict, where: Any) -> None:
+        """properties / patternProperties / additionalProperties of several parts: each
+        part's additionalProperties applies to the names *it* does not declare."""
+        obj = [p for p in parts if any(k in p for k in ("properties", "patternProperties", "additionalProperties"))]
+        if not obj:
+            return
+        if len(obj) == 1:
+            for k in ("properties", "patternProperties", "additionalProperties"):
+                if k in obj[0]:
+                    merged[k] = obj[0][k]
+            return
+        with_pp = [p for p in obj if p.get("patternProperties")]
+        if len(with_pp) > 1:
+            self.unsupported("patternProperties", where, "allOf of several patternProperties")
+        names: list[str] = []
+        for p in obj:
+            names.extend(k for k in p.get("properties", {}) if k not in names)
+        props = {}
+        for name in names:
+            constraints = []
+            for p in obj:
+                declared = name in p.get("properties", {})
+                if declared:
+                    constraints.append(p["properties"][name])
+                matched = [sub for pat, sub in p.get("patternProperties", {}).items() if _search(pat, name)]
+                constraints.extend(matched)
+                if not declared and not matched:
+                    constraints.append(p.get("additionalProperties", True))
+            props[name] = _all_of(constraints)
+        merged["properties"] = props
+        adds = [p.get("additionalProperties", True) for p in obj]
+        merged["additionalProperties"] = _all_of(adds)
+        if with_pp:
+            owner = with_pp[0]
+            others = [p.get("additionalProperties", True) for p in obj if p is not owner]
+            merged["patternProperties"] = {pat: _all_of([sub, *others])
+                                           for pat, sub in owner["patternProperties"].items()}
+
+    def _items_of(self, p: dict) -> tuple[list, Any]:
+        if self.draft <= 2019:
+            if isinstance(p.get("items"), list):
+                return list(p["items"]), p.get("additionalItems", True)
+            return [], p.get("items", True)
+        return list(p.get("prefixItems", [])), p.get("items", True)
+
+    def _merge_arrays(self, parts: list[dict], merged: dict, where: Any) -> None:
+        arr = [p for p in parts if any(k in p for k in ("items", "prefixItems", "additionalItems"))]
+        if not arr:
+            return
+        if len(arr) == 1:
+            for k in ("items", "prefixItems", "additionalItems"):
+                if k in arr[0]:
+                    merged[k] = arr[0][k]
+            return
+        shapes = [self._items_of(p) for p in arr]
+        n = max(len(pre) for pre, _ in shapes)
+        prefix = [_all_of([pre[i] if i < len(pre) else tail for pre, tail in shapes]) for i in range(n)]
+        tail = _all_of([tail for _, tail in shapes])
+        if self.draft <= 2019:
+            if prefix:
+                merged["items"], merged["additionalItems"] = prefix, tail
+            else:
+                merged["items"] = tail
+        else:
+            merged["prefixItems"], merged["items"] = prefix, tail
+
+    def _merge_keyword(self, kw: str, a: Any, b: Any, merged: dict, where: Any) -> Any:
+        if a == b and kw not in ("anyOf", "oneOf", "not"):
+            return a
+        if kw == "type":
+            ta = {a} if isinstance(a, str) else set(a)
+            tb = {b} if isinstance(b, str) else set(b)
+            both = _intersect_types(ta, tb)
+            return sorted(both) if both else []
+        if kw == "required":
+            return list(dict.fromkeys([*a, *b]))
+        if kw in ("minimum", "minLength", "minItems", "minProperties", "minContains"):
+            return max(a, b)
+        if kw in ("maximum", "maxLength", "maxItems", "maxProperties", "maxContains"):
+            return min(a, b)
+        if kw == "exclusiveMinimum" and not isinstance(a, bool) and not isinstance(b, bool):
+            return max(a, b)
+        if kw == "exclusiveMaximum" and not isinstance(a, bool) and not isinstance(b, bool):
+            return min(a, b)
+        if kw == "dependentSchemas":
+            out = dict(a)
+            for k, v in b.items():
+                out[k] = {"allOf": [out[k], v]} if k in out else v
+            return out
+        if kw == "dependentRequired":
+            out = dict(a)
+            for k, v in b.items():
+                out[k] = list(dict.fromkeys([*out.get(k, []), *v]))
+            return out
+        if kw in ("anyOf", "oneOf"):
+            # allOf[anyOf A, anyOf B] = anyOf of the pairwise merges
+            return [{"allOf": [x, y]} for x in a for y in b] if kw == "anyOf" else \
+                self._merge_oneofs(a, b, where)
+        if kw in ("items", "additionalProperties", "additionalItems", "propertyNames", "contains",
+                  "unevaluatedProperties", "unevaluatedItems") and not isinstance(a, list) \
+                and not isinstance(b, list):
+            return {"allOf": [a, b]}
+        if kw == "enum":
+            return [x for x in a if any(_json_equal(x, y) for y in b)]
+        if kw == "const":
+            return a if _json_equal(a, b) else {"__gramgen_conflict__": True}
+        if kw == "pattern":
+            return _Patterns([*_as_patterns(a), *_as_patterns(b)])
+        if kw == "format":
+            return self._merge_format(a, b, where)
+        if kw == "not":
+            return {"anyOf": [a, b]}
+        if kw == "multipleOf":
+            return _lcm_decimal(numbers.as_decimal(a), numbers.as_decimal(b))
+        if kw == "uniqueItems":
+            return a or b
+        if kw == "$ref":
+            return {"allOf": [{"$ref": a}, {"$ref": b}]}
+        raise SchemaError(f"unsupported: allOf combines two different {kw!r} values that cannot be merged exactly",
+                          self.resolver.pointer(where) + f"/allOf")
+
+    def _merge_oneofs(self, a: list, b: list, where: Any) -> Any:
+        raise SchemaError("unsupported: allOf of two oneOf lists", self.resolver.pointer(where) + "/allOf")
+
+    def _merge_format(self, a: str, b: str, where: Any) -> Any:
+        raise SchemaError(f"unsupported: allOf combines formats {a!r} and {b!r}",
+                          self.resolver.pointer(where) + "/allOf")
+
+    def _branches(self, node: dict) -> list[str]:
+        """Alternatives (nonterminal names) of a normalized schema."""
+        if node.get("__gramgen_conflict__"):
+            return []
+        # trivial if/then/else
+        if "if" in node or "then" in node or "else" in node:
+            node = self._if_then_else(node)
+            if node is False:
+                return []
+            if "anyOf" in node or "allOf" in node or "$ref" in node:
+                return self._alternatives(node)
+        if "anyOf" in node:
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            out = []
+            for branch in node["anyOf"]:
+                sym = self.value(self.merge([rest, branch], node, 1) if _asserts(rest) else branch)
+                if sym is not None:
+                    out.append(sym)
+            return out
+        if "oneOf" in node:
+            rest = {k: v for k, v in node.items() if k != "oneOf"}
+            branches = [self.merge([rest, b], node, 1) if _asserts(rest) else self.normalize(b, 1)
+                        for b in node["oneOf"]]
+            if not self._pairwise_disjoint(branches):
+                self.unsupported("oneOf", node, "branches are not provably disjoint, so exactly-one "
+                                 "cannot be enforced by the grammar")
+            out = []
+            for b in branches:
+                sym = self.value(b)
+                if sym is not None:
+                    out.append(sym)
+            return out
+        return self._typed(node)
+
+    def _if_then_else(self, node: dict) -> Any:
+        cond = node.get("if", None)
+        rest = {k: v for k, v in node.items() if k not in ("if", "then", "else")}
+        if "if" not in node:
+            return rest
+        if cond is True or cond == {}:
+            return self.merge([rest, node.get("then", True)], node, 1)
+        if cond is False:
+            return self.merge([rest, node.get("else", True)], node, 1)
+        self.unsupported("if", node, "if/then/else is supported only with a trivial `if`")
+        return rest
+
+    # -------------------------------------------------------------- disjointness (oneOf)
+
+    def _pairwise_disjoint(self, branches: list[Any]) -> bool:
+        sigs = [self._signature(b) for b in branches]
+        for i in range(len(sigs)):
+            for j in range(i + 1, len(sigs)):
+                if not _disjoint(sigs[i], sigs[j]):
+                    return False
+        return True
+
+    def _signature(self, node: Any) -> tuple[frozenset[str], list | None, dict]:
+        """(possible instance types, enum values or None, required-const discriminators)."""
+        node = self.normalize(node, 1)
+        if node is False:
+            return frozenset(), [], {}
+        if node is True:
+            return frozenset(TYPES), None, {}
+        types = _types_of(node)
+        values = None
+        if "const" in node:
+            values = [node["const"]]
+        elif "enum" in node:
+            values = list(node["enum"])
+        discr = {}
+        props = node.get("properties", {})
+        for name in node.get("required", []):
+            sub = props.get(name)
+            if isinstance(sub, dict):
+                sub = self.normalize(sub, 1)
+                if isinstance(sub, dict) and ("const" in sub or "enum" in sub):
+                    discr[name] = [sub["const"]] if "const" in sub else list(sub["enum"])
+        return types, values, discr
+
+    # -------------------------------------------------------------- typed values
+
+    def _typed(self, node: dict) -> list[str]:
+        types = set(_types_of(node))
+        if "not" in node:
+            types = self._apply_not(node, types)
+        if "enum" in node or "const" in node:
+            return self._enum(node, types)
+        out = []
+        if "null" in types:
+            out.append(self.lex(literal("null"), "NULL"))
+        if "boolean" in types:
+            out.append(self.lex(alt([literal("true"), literal("false")]), "BOOL"))
+        if "number" in types:
+            out.extend(self._number(node, integer=False))
+        elif "integer" in types:
+            out.extend(self._number(node, integer=True))
+        if "string" in types:
+            out.extend(self._string(node))
+        if "array" in types:
+            out.extend(self._array(node))
+        if "object" in types:
+            out.extend(self._object(node))
+        return out
+
+    def _apply_not(self, node: dict, types: set[str]) -> set[str]:
+        neg = self.normalize(node["not"], 1)
+        if neg is True or neg == {}:
+            return set()
+        if neg is False:
+            return types
+        if isinstance(neg, dict) and set(neg) - ANNOTATIONS == {"type"}:
+            removed = _types_of(neg)
+            kept = {t for t in types if t not in removed}
+            if "integer" in removed and "number" in kept:
+                self.unsupported("not", node, "`not: {type: integer}` under `number` (non-integers only)")
+            return kept
+        if isinstance(neg, dict) and set(neg) - ANNOTATIONS <= {"enum", "const"} and ("enum" in node or "const" in node):
+            return types  # applied while filtering the enum below
+        self.unsupported("not", node, "only `not` of a type list (or of enum/const next to an enum) is supported")
+        return types
+
+    # ---- enum / const
+
+    def _enum(self, node: dict, types: set[str]) -> list[str]:
+        values = [node["const"]] if "const" in node else list(node["enum"])
+        if "const" in node and "enum" in node:
+            values = [v for v in values if any(_json_equal(v, e) for e in node["enum"])]
+        rest = {k: v for k, v in node.items() if k not in ("enum", "const")}
+        kept = []
+        for v in values:
+            if _type_name(v) not in types and not (_type_name(v) == "integer" and "number" in types) \
+                    and not (_type_name(v) == "number" and _is_integral(v) and "integer" in types):
+                continue
+            if _asserts(rest) and not self._valid(v, rest):
+                continue
+            kept.append(v)
+        if not kept:
+            return []
+        return [self.lex(alt([self.literal_value(v) for v in kept]), "ENUM")]
+
+    def _valid(self, value: Any, schema: dict) -> bool:
+        """Whether ``value`` satisfies ``schema`` (refs already absolute), per jsonschema."""
+        try:
+            import jsonschema
+            from referencing import Registry, Resource
+            from referencing.jsonschema import specification_with
+        except ImportError as exc:  # pragma: no cover
+            raise SchemaError("enum/const next to other keywords needs the jsonschema package", "") from exc
+        if self._validator_cls is None:
+            uri = {4: "http://json-schema.org/draft-04/schema#", 6: "http://json-schema.org/draft-06/schema#",
+                   7: "http://json-schema.org/draft-07/schema#", 2019: "https://json-schema.org/draft/2019-09/schema",
+                   2020: "https://json-schema.org/draft/2020-12/schema"}[self.draft]
+            spec = specification_with(uri)
+            resources = [(u, Resource(contents=d, specification=spec)) for u, d in self.resolver.documents.items()]
+            self._registry = Registry().with_resources(resources)
+            self._validator_cls = jsonschema.validators.validator_for({"$schema": uri})
+        clean = _strip_internal(schema)
+        try:
+            return self._validator_cls(clean, registry=self._registry,
+                                       format_checker=self._validator_cls.FORMAT_CHECKER).is_valid(value)
+        except Exception as exc:  # noqa: BLE001 - a schema jsonschema cannot evaluate
+            raise SchemaError(f"cannot evaluate enum value {value!r} against its sibling keywords: {exc}",
+                              self.resolver.pointer(schema)) from None
+
+    def literal_value(self, v: Any) -> Regex:
+        """Canonical serialization of a JSON value (strings in every spelling)."""
+        if isinstance(v, str):
+            return strings.string_literal(v)
+        if isinstance(v, dict):
+            items = []
+            for i, (k, x) in enumerate(v.items()):
+                if i:
+                    items.append(self.punct(","))
+                items.extend([strings.string_literal(k), self.punct(":"), self.literal_value(x)])
+            return seq([self.punct("{"), *items, self.punct("}")]) if items else \
+                seq([self.punct("{"), self.punct("}")]) if self.flexible else literal("{}")
+        if isinstance(v, list):
+            items = []
+            for i, x in enumerate(v):
+                if i:
+                    items.append(self.punct(","))
+                items.append(self.literal_value(x))
+            return seq([self.punct("["), *items, self.punct("]")]) if items else \
+                seq([self.punct("["), self.punct("]")]) if self.flexible else literal("[]")
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer():
+            # 2, 2.0, 2.00 are the same JSON number: every integral spelling without exponent
+            text = str(int(v))
+            return seq([literal(text), Repeat(seq([literal("."), Repeat(literal("0"), 1, None)]), 0, 1)])
+        return literal(json.dumps(v))
+
+    # ---- numbers
+
+    def _number(self, node: dict, integer: bool) -> list[str]:
+        def dec(kw):
+            v = node.get(kw)
+            if v is None or isinstance(v, bool):
+                return None
+            try:
+                return numbers.as_decimal(v)
+            except TypeError:
+                raise SchemaError(f"{kw} must be a number", self.resolver.pointer(node) + "/" + kw) from None
+        lo, hi, xlo, xhi = dec("minimum"), dec("maximum"), dec("exclusiveMinimum"), dec("exclusiveMaximum")
+        if node.get("exclusiveMinimum") is True:  # draft 4 booleans
+            lo, xlo = None, lo
+        if node.get("exclusiveMaximum") is True:
+            hi, xhi = None, hi
+        step = dec("multipleOf")
+        if step is not None and step <= 0:
+            raise SchemaError("multipleOf must be > 0", self.resolver.pointer(node) + "/multipleOf")
+        if isinstance(node.get("multipleOf"), Decimal):
+            step = node["multipleOf"]
+        try:
+            rx = numbers.number_regex(integer, lo, hi, xlo, xhi, step)
+        except CompileLimitError:
+            raise
+        return [self.lex(rx, "INT" if integer else "NUM")]
+
+    def _count(self, node: dict, kw: str, default):
+        v = node.get(kw, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != int(v):
+            raise SchemaError(f"{kw} must be a non-negative integer", self.resolver.pointer(node) + "/" + kw)
+        return int(v)
+
+    # ---- strings
+
+    def _string(self, node: dict) -> list[str]:
+        lo = self._count(node, "minLength", 0)
+        hi = self._count(node, "maxLength", None)
+        patterns = _as_patterns(node["pattern"]) if "pattern" in node else []
+        fmt = node.get("format")
+        constraints: list[Regex] = []
+        for p in patterns:
+            try:
+                constraints.append(strings.pattern_regex(p))
+            except strings.PatternError as exc:
+                self.unsupported("pattern", node, f"{p!r}: {exc}")
+        if isinstance(fmt, str):
+            rx = strings.format_regex(fmt)
+            if rx is not None:
+                constraints.append(rx)
+            elif fmt in STRING_FORMATS_WE_REJECT and not self.lenient_formats:
+                self.unsupported("format", node, f"format {fmt!r} has no exact grammar here "
+                                 "(lenient_formats=True accepts any string)")
+        if not constraints:
+            if hi is not None and hi < lo:
+                return []
+            body = Repeat(strings.ANY_JSON_CHAR, lo, hi)
+            if hi is not None and hi > 5000:
+                raise CompileLimitError(f"maxLength {hi} is too large to unroll (limit 5000)")
+            return [self.lex(strings.quoted(body), "STR")]
+        dfa = None
+        length = Repeat(CharRanges(cpdfa.ANY_CHAR), lo, hi)
+        if lo or hi is not None:
+            constraints.append(length)
+        for rx in constraints:
+            d = cpdfa.from_regex(rx)
+            dfa = d if dfa is None else cpdfa.intersect(dfa, d)
+            if dfa.is_empty():
+                return []
+        return [self.lex(strings.spelled(dfa), "STR")]
+
+    def string_dfa(self, node: Any) -> cpdfa.CodepointDFA | None:
+        """Decoded-string automaton for a key schema (``propertyNames``); None = any."""
+        node = self.normalize(node, 1)
+        if node is True:
+            return None
+        if node is False:
+            return cpdfa.CodepointDFA([], [])
+        kws = set(node) - ANNOTATIONS
+        if not kws <= {"type", "pattern", "format", "minLength", "maxLength", "enum", "const"}:
+            self.unsupported("propertyNames", node, f"only string keywords are supported, not {sorted(kws)}")
+            return None
+        parts = []
+        if "enum" in node or "const" in node:
+            vals = [node["const"]] if "const" in node else node["enum"]
+            vals = [v for v in vals if isinstance(v, str)]
+            parts.append(cpdfa.from_regex(alt([literal(v) if v else EMPTY for v in vals]) if vals else NOTHING))
+        for p in _as_patterns(node.get("pattern", [])) if "pattern" in node else []:
+            try:
+                parts.append(cpdfa.from_regex(strings.pattern_regex(p)))
+            except strings.PatternError as exc:
+                self.unsupported("pattern", node, f"{p!r}: {exc}")
+        fmt = node.get("format")
+        if isinstance(fmt, str) and strings.format_regex(fmt) is not None:
+            parts.append(cpdfa.from_regex(strings.format_regex(fmt)))
+        if "minLength" in node or "maxLength" in node:
+            parts.append(cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), self._count(node, "minLength", 0),
+                                                 self._count(node, "maxLength", None))))
+        if "type" in node and "string" not in _types_of(node):
+            return cpdfa.CodepointDFA([], [])
+        if not parts:
+            return None
+        dfa = parts[0]
+        for p in parts[1:]:
+            dfa = cpdfa.intersect(dfa, p)
+        return dfa
+
+    # ---- arrays
+
+    def _array(self, node: dict) -> list[str]:
+        if "contains" in node:
+            self.unsupported("contains", node, "contains is not supported")
+        if "unevaluatedItems" in node and node["unevaluatedItems"] is not True:
+            if "prefixItems" in node or "items" in node:
+                pass
+            self.unsupported("unevaluatedItems", node, "unevaluatedItems is not supported")
+        if self.draft <= 2019 and isinstance(node.get("items"), list):
+            prefix = node["items"]
+            tail = node.get("additionalItems", True)
+        else:
+            prefix = node.get("prefixItems", []) if self.draft >= 2020 else []
+            tail = node.get("items", True)
+            if self.draft >= 2020 and "additionalItems" in node:
+                pass  # not a 2020-12 keyword: ignored like any unknown keyword
+        lo = self._count(node, "minItems", 0)
+        hi = self._count(node, "maxItems", None)
+        if node.get("uniqueItems") is True and (hi is None or hi > 1):
+            self.unsupported("uniqueItems", node, "item uniqueness is not context-free")
+        if hi is not None and hi < lo:
+            return []
+        prefix_syms = [self.value(p) for p in prefix]
+        tail_sym = self.value(tail)
+
+        def item_at(i: int) -> str | None:  # positions past the prefix take the tail schema
+            return prefix_syms[i] if i < len(prefix_syms) else tail_sym
+
+        last = hi if hi is not None else max(len(prefix_syms), lo)
+        if last > MAX_UNROLL:
+            raise CompileLimitError(f"array bounds need {last} unrolled positions (limit {MAX_UNROLL})")
+        open_, close, comma = (self.lex(self.punct(c), n) for c, n in (("[", "LBRACK"), ("]", "RBRACK"),
+                                                                        (",", "COMMA")))
+        states = [self.fresh("arr") for _ in range(last + 1)]
+        top = self.fresh("array")
+        self.rule(top, open_, states[0])
+        for i in range(last + 1):
+            if i >= lo:
+                self.rule(states[i], close)
+            item = item_at(i)
+            if item is None or (hi is not None and i >= hi):
+                continue
+            sep = () if i == 0 else (comma,)
+            if i < last:
+                self.rule(states[i], *sep, item, states[i + 1])
+            elif i == 0:  # unbounded, nothing fixed: [ ] or [ x (, x)* ]
+                more = self.fresh("arr")
+                self.rule(states[0], item, more)
+                self.rule(more, close)
+                self.rule(more, comma, item, more)
+            else:  # unbounded after i items
+                self.rule(states[i], comma, item, states[i])
+        return [top]
+
+    # ---- objects
+
+    def _object(self, node: dict) -> list[str]:
+        if "unevaluatedProperties" in node:
+            node = dict(node)
+            uneval = node.pop("unevaluatedProperties")
+            if "additionalProperties" in node:
+                if uneval is not True:
+                    self.unsupported("unevaluatedProperties", node, "next to additionalProperties")
+            else:
+                node["additionalProperties"] = uneval
+        props: dict[str, Any] = dict(node.get("properties", {}))
+        required = list(dict.fromkeys(node.get("required", [])))
+        dep_req: dict[str, list[str]] = dict(node.get("dependentRequired", {}))
+        dep_schemas: dict[str, Any] = dict(node.get("dependentSchemas", {}))
+        for k, v in node.get("dependencies", {}).items():
+            (dep_req if isinstance(v, list) else dep_schemas)[k] = v
+        if dep_req or dep_schemas:
+            return self._object_cases(node, dep_req, dep_schemas)
+        additional = node.get("additionalProperties", False if self.strict else True)
+        patterns = node.get("patternProperties", {})
+        names_dfa = self.string_dfa(node["propertyNames"]) if "propertyNames" in node else None
+        min_p = self._count(node, "minProperties", 0)
+        max_p = self._count(node, "maxProperties", None)
+        if max_p is not None and max_p < min_p:
+            return []
+        pattern_dfas = []
+        for p, sub in patterns.items():
+            try:
+                pattern_dfas.append((p, cpdfa.from_regex(strings.pattern_regex(p)), sub))
+            except strings.PatternError as exc:
+                self.unsupported("patternProperties", node, f"{p!r}: {exc}")
+                return []
+        # declared names: properties plus required ones that are not declared
+        declared = list(props)
+        for r in required:
+            if r not in props:
+                declared.append(r)
+        entries = []  # (name, value symbol, required)
+        for name in declared:
+            if names_dfa is not None and not names_dfa.matches(name):
+                if name in required:
+                    return []
+                continue
+            parts = [props[name]] if name in props else []
+            matching = [sub for p, d, sub in pattern_dfas if d.matches(name)]
+            parts.extend(matching)
+            if name not in props and not matching:
+                parts.append(additional)
+            schema = parts[0] if len(parts) == 1 else self.merge(parts, node, 1)
+            sym = self.value(schema)
+            if sym is None:
+                if name in required:
+                    return []
+                continue
+            entries.append((name, sym, name in required))
+        # keys beyond the declared ones
+        declared_dfa = cpdfa.from_regex(alt([literal(n) if n else EMPTY for n in declared])) if declared else None
+        extra_kinds = []  # (key dfa, value symbol)
+        covered = None
+        for i, (p, d, sub) in enumerate(pattern_dfas):
+            for q, d2, sub2 in pattern_dfas[i + 1:]:
+                if not cpdfa.intersect(d, d2).is_empty() and sub != sub2:
+                    self.unsupported("patternProperties", node, f"patterns {p!r} and {q!r} overlap")
+            key = d if declared_dfa is None else cpdfa.difference(d, declared_dfa)
+            if names_dfa is not None:
+                key = cpdfa.intersect(key, names_dfa)
+            covered = d if covered is None else _union_dfa(covered, d)
+            sym = self.value(sub)
+            if sym is not None and not key.is_empty():
+                extra_kinds.append((key, sym))
+        if additional is not False:
+            key = cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
+            if declared_dfa is not None:
+                key = cpdfa.difference(key, declared_dfa)
+            if covered is not None:
+                key = cpdfa.difference(key, covered)
+            if names_dfa is not None:
+                key = cpdfa.intersect(key, names_dfa)
+            sym = self.value(additional)
+            if sym is not None and not key.is_empty():
+                extra_kinds.append((key, sym))
+        colon = self.punct(":")
+        extra = None
+        if extra_kinds:
+            extra = self.fresh("extra")
+            for key, sym in extra_kinds:
+                self.rule(extra, self.lex(seq([strings.spelled(key), colon]), "KEY"), sym)
+        if self.any_order and len(entries) > 1:
+            return self._object_any_order(entries, extra, min_p, max_p)
+        return self._object_ordered(entries, extra, min_p, max_p)
+
+    def _object_ordered(self, entries, extra, min_p: int, max_p: int | None) -> list[str]:
+        """Declared properties in schema order (optional ones may be skipped), then extra
+        keys; ``state(i, c)`` = at entry i with c properties so far (saturating at K)."""
+        colon = self.punct(":")
+        open_, close, comma = (self.lex(self.punct(c), n) for c, n in (("{", "LBRACE"), ("}", "RBRACE"),
+                                                                        (",", "COMMA")))
+        cap = max(1, min_p, max_p or 0)
+        if cap > MAX_UNROLL:
+            raise CompileLimitError(f"min/maxProperties {cap} is above the limit {MAX_UNROLL}")
+        names: dict[tuple[int, int], str] = {}
+        n = len(entries)
+
+        def state(i: int, c: int) -> str:
+            key = (i, c)
+            if key not in names:
+                names[key] = self.fresh("obj")
+                todo.append(key)
+            return names[key]
+
+        kv = [None] * n
+        for i, (name, sym, _) in enumerate(entries):
+            k = self.fresh("kv")
+            self.rule(k, self.lex(seq([strings.string_literal(name), colon]), "KEY"), sym)
+            kv[i] = k
+        top = self.fresh("object")
+        todo: list[tuple[int, int]] = []
+        self.rule(top, open_, state(0, 0))
+        while todo:
+            i, c = todo.pop()
+            s = names[(i, c)]
+            nxt = c + 1 if max_p is not None else min(c + 1, cap)
+            can_add = max_p is None or c + 1 <= max_p
+            if i < n:
+                name, sym, req = entries[i]
+                if can_add:
+                    self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(i + 1, nxt))
+                if not req:
+                    self.rule(s, state(i + 1, c))
+                continue
+            # after the declared entries: extras, then the closing brace
+            if c >= min_p:
+                self.rule(s, close)
+            if extra is not None and can_add:
+                self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(n, nxt))
+        return [top]
+
+    def _object_any_order(self, entries, extra, min_p: int, max_p: int | None) -> list[str]:
+        if len(entries) > 8:
+            raise CompileLimitError(f"property_order='any' with {len(entries)} properties "
+                                    "(limit 8: every subset becomes a state)")
+        colon = self.punct(":")
+        open_, close, comma = (self.lex(self.punct(c), n) for c, n in (("{", "LBRACE"), ("}", "RBRACE"),
+                                                                        (",", "COMMA")))
+        kv = []
+        for name, sym, _ in entries:
+            k = self.fresh("kv")
+            self.rule(k, self.lex(seq([strings.string_literal(name), colon]), "KEY"), sym)
+            kv.append(k)
+        req_mask = sum(1 << i for i, e in enumerate(entries) if e[2])
+        cap = max(1, min_p, max_p or 0)
+        names: dict[tuple[int, int], str] = {}
+        todo: list[tuple[int, int]] = []
+
+        def state(mask: int, c: int) -> str:
+            if (mask, c) not in names:
+                names[(mask, c)] = self.fresh("obj")
+                todo.append((mask, c))
+            return names[(mask, c)]
+
+        top = self.fresh("object")
+        self.rule(top, open_, state(0, 0))
+        while todo:
+            mask, c = todo.pop()
+            s = names[(mask, c)]
+            can_add = max_p is None or c + 1 <= max_p
+            nxt = c + 1 if max_p is not None else min(c + 1, cap)
+            if mask & req_mask == req_mask and c >= min_p:
+                self.rule(s, close)
+            if not can_add:
+                continue
+            for i in range(len(entries)):
+                if not mask & (1 << i):
+                    self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(mask | (1 << i), nxt))
+            if extra is not None:
+                self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(mask, nxt))
+        return [top]
+
+    def _object_cases(self, node: dict, dep_req: dict, dep_schemas: dict) -> list[str]:
+        """dependentRequired / dependentSchemas: one object variant per presence pattern
+        of the trigger properties (at most 2**6 variants)."""
+        triggers = sorted(set(dep_req) | set(dep_schemas))
+        if len(triggers) > 6:
+            raise CompileLimitError(f"{len(triggers)} dependency triggers (limit 6: 2**n object variants)")
+        base = {k: v for k, v in node.items() if k not in ("dependentRequired", "dependentSchemas", "dependencies")}
+        out = []
+        for bits in range(1 << len(triggers)):
+            parts = [base]
+            present = [t for i, t in enumerate(triggers) if bits >> i & 1]
+            absent = [t for i, t in enumerate(triggers) if not bits >> i & 1]
+            extra_req = list(present)
+            for t in present:
+                extra_req.extend(dep_req.get(t, []))
+                if t in dep_schemas:
+                    parts.append(dep_schemas[t])
+            parts.append({"required": extra_req, "properties": {t: False for t in absent}})
+            merged = self.merge(parts, node, 1)
+            if merged is False:
+                continue
+            merged = dict(merged)
+            for t in absent:  # required wins over absence: the variant is empty
+                if t in merged.get("required", []):
+                    merged = None
+                    break
+            if merged is None:
+                continue
+            merged["type"] = "object"
+            sym = self.value(merged)
+            if sym is not None:
+                out.append(sym)
+        return out
+
+    # ---- any JSON value
+
+    def any_value(self) -> str:
+        if "__any__" in self._memo_names:
+            return self._memo_names["__any__"]
+        v = self.fresh("any")
+        self._memo_names["__any__"] = v
+        open_o, close_o, open_a, close_a, comma = (
+            self.lex(self.punct(c), n) for c, n in (("{", "LBRACE"), ("}", "RBRACE"), ("[", "LBRACK"),
+                                                    ("]", "RBRACK"), (",", "COMMA")))
+        scalar = self.lex(alt([literal("null"), literal("true"), literal("false"), numbers.NUMBER,
+                               strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None))]), "SCALAR")
+        key = self.lex(seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)), self.punct(":")]), "KEY")
+        members, elements = self.fresh("members"), self.fresh("elements")
+        self.rule(v, scalar)
+        self.rule(v, open_o, close_o)
+        self.rule(v, open_o, members, close_o)
+        self.rule(members, key, v)
+        self.rule(members, members, comma, key, v)
+        self.rule(v, open_a, close_a)
+        self.rule(v, open_a, elements, close_a)
+        self.rule(elements, v)
+        self.rule(elements, elements, comma, v)
+        return v
+
+    @property
+    def _memo_names(self) -> dict[str, str]:
+        if not hasattr(self, "_names_store"):
+            self._names_store: dict[str, str] = {}
+        return self._names_store
+
+
+# ------------------------------------------------------------------ helpers
+
+
+_STRUCTURE = {"properties", "patternProperties", "additionalProperties", "items", "prefixItems",
+              "additionalItems"}
+"""Keywords whose meaning depends on their siblings in the same part (merged together)."""
+
+
+def _all_of(schemas: list[Any]) -> Any:
+    kept = [s for s in schemas if s is not True and s != {}]
+    if any(s is False for s in kept):
+        return False
+    if not kept:
+        return True
+    return kept[0] if len(kept) == 1 else {"allOf": kept}
+
+
+def _search(pattern: str, text: str) -> bool:
+    import re
+    try:
+        return re.search(strings.ecma_to_python(pattern), text) is not None
+    except (re.error, strings.PatternError):
+        return False
+
+
+class _Patterns(list):
+    """Several ``pattern``s that all must match (from merging)."""
+
+
+def _as_patterns(p: Any) -> list[str]:
+    return list(p) if isinstance(p, _Patterns) else [p]
+
+
+def _asserts(node: Any) -> bool:
+    """Whether a schema object has any keyword that constrains instances."""
+    if not isinstance(node, dict):
+        return node is False
+    return any(k not in ANNOTATIONS for k in node)
+
+
+def _types_of(node: dict) -> frozenset[str]:
+    t = node.get("type")
+    if t is None:
+        types = set(TYPES)
+    else:
+        types = {t} if isinstance(t, str) else set(t)
+        unknown = types - set(TYPES)
+        if unknown:
+            raise SchemaError(f"unknown type {sorted(unknown)[0]!r}", "/type")
+        if "number" in types:
+            types.add("integer")
+    return frozenset(types)
+
+
+def _intersect_types(a: set[str], b: set[str]) -> set[str]:
+    def expand(s):
+        return s | ({"integer"} if "number" in s else set())
+    both = expand(a) & expand(b)
+    if "number" in both:
+        return both
+    return both
+
+
+def _type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+def _is_integral(v: Any) -> bool:
+    return isinstance(v, float) and v.is_integer()
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _disjoint(x, y) -> bool:
+    types_x, values_x, discr_x = x
+    types_y, values_y, discr_y = y
+    if not (types_x & types_y):
+        return True
+    if values_x is not None and values_y is not None:
+        return not any(_json_equal(a, b) for a in values_x for b in values_y)
+    for name in discr_x.keys() & discr_y.keys():
+        if not any(_json_equal(a, b) for a in discr_x[name] for b in discr_y[name]):
+            if types_x & types_y <= {"object"}:
+                return True
+    return False
+
+
+def _lcm_decimal(a: Decimal, b: Decimal) -> Decimal:
+    from math import gcd
+    scale = max(-a.as_tuple().exponent, -b.as_tuple().exponent, 0)
+    ia, ib = int(a.scaleb(scale)), int(b.scaleb(scale))
+    return Decimal(ia * ib // gcd(ia, ib)).scaleb(-scale)
+
+
+def _union_dfa(a: cpdfa.CodepointDFA, b: cpdfa.CodepointDFA) -> cpdfa.CodepointDFA:
+    return cpdfa.from_regex(alt([cpdfa.as_regex(a), cpdfa.as_regex(b)]))
+
+
+def _strip_internal(node: Any) -> Any:
+    if isinstance(node, _Patterns):
+        return {"allOf": [{"pattern": p} for p in node]}
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k == "pattern" and isinstance(v, _Patterns):
+                out.setdefault("allOf", []).extend({"pattern": p} for p in v)
+            elif isinstance(v, Decimal):
+                out[k] = float(v) if v != v.to_integral_value() else int(v)
+            else:
+                out[k] = _strip_internal(v)
+        return out
+    if isinstance(node, list):
+        return [_strip_internal(x) for x in node]
+    return node
+
+
+def _prune_unproductive(ir: GrammarIR) -> GrammarIR:
+    """Drop rules using nonterminals that derive no finite string (e.g. a required
+    recursive property): they would only slow the parser and leave dead ends."""
+    productive = set(ir.lexemes)
+    changed = True
+    while changed:
+        changed = False
+        for r in ir.rules:
+            if r.lhs not in productive and all(s in productive for s in r.rhs):
+                productive.add(r.lhs)
+                changed = True
+    if ir.start not in productive:
+        raise SchemaError("the schema accepts no finite JSON value", "")
+    rules = [r for r in ir.rules if r.lhs in productive and all(s in productive for s in r.rhs)]
+    # keep only what the start symbol reaches
+    by_lhs: dict[str, list[Rule]] = {}
+    for r in rules:
+        by_lhs.setdefault(r.lhs, []).append(r)
+    seen = {ir.start}
+    todo = [ir.start]
+    while todo:
+        for r in by_lhs.get(todo.pop(), []):
+            for s in r.rhs:
+                if s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+    rules = [r for r in rules if r.lhs in seen]
+    lexemes = {k: v for k, v in ir.lexemes.items() if k in seen}
+    return GrammarIR(rules, lexemes, ir.start, ir.ignore, ir.source, ir.meta)
+
+
+def json_schema_to_ir(schema: Any, **options: Any) -> GrammarIR:
+    """Compile a JSON Schema to the grammar IR (see :class:`SchemaCompiler` options)."""
+    return SchemaCompiler(schema, **options).build()
