@@ -194,8 +194,11 @@ def multiple_of(step: Decimal, allow_fraction: bool) -> Regex:
             out.extend((48 + d, 48 + d, state(("int", (10 * r + d) % modulus, neg))) for d in range(10))
         elif kind == "dot":
             _, r, neg = key
-            out.extend((48 + d, 48 + d, state(("frac", (10 * r + d) % modulus, 1, neg)))
-                       for d in range(10))
+            if scale:
+                out.extend((48 + d, 48 + d, state(("frac", (10 * r + d) % modulus, 1, neg)))
+                           for d in range(10))
+            else:  # an integer step: the fraction can only be zeros
+                out.append((48, 48, state(("frac", r, 0, neg))))
             continue
         else:  # frac
             _, r, used, neg = key

@@ -1,0 +1,223 @@
+"""JSON Schema compiler: exact numeric and string constructions, error policy, inputs,
+and JSONSchemaBench instances walked through real tokenizers."""
+
+from __future__ import annotations
+
+import json
+import random
+from decimal import Decimal
+
+import pytest
+
+import gramgen
+from conftest import SHARED, hf_tokenizer, vocabulary
+from gramgen.grammar import cpdfa
+from gramgen.grammar.json_schema import numbers
+from gramgen.grammar.json_schema.loader import Resolver
+from jsonschema_harness import BYTE_VOCAB, accepts, compact, order_like_schema
+from textgen import tokenize
+
+# ------------------------------------------------------------------ numbers
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_integer_ranges_exhaustive(seed):
+    rng = random.Random(seed)
+    lo, hi = sorted(rng.randint(-10_000, 10_000) for _ in range(2))
+    dfa = cpdfa.from_regex(numbers.integers(lo, hi))
+    for n in range(-20_000, 20_001, 1 if seed == 0 else 7):
+        assert dfa.matches(str(n)) == (lo <= n <= hi), (lo, hi, n)
+    assert not dfa.matches("-0") and not dfa.matches("01")
+
+
+def test_half_open_integer_ranges():
+    assert cpdfa.from_regex(numbers.integers(None, -3)).matches("-123456789012345678901234567890")
+    above = cpdfa.from_regex(numbers.integers(98, None))
+    assert [n for n in range(0, 2000) if above.matches(str(n))] == list(range(98, 2000))
+
+
+DECIMALS = [Decimal(n) / 100 for n in range(-1500, 1500, 3)]
+
+
+def _spellings(v: Decimal) -> set[str]:
+    """Canonical numerals of v: as computed, with extra trailing zeros, normalized."""
+    text = format(v, "f")
+    out = {text, format(v.normalize(), "f") if v else "0"}
+    if "." in text:
+        out.add(text + "00")
+    return out
+
+
+@pytest.mark.parametrize("bound", ["0", "2.5", "-2.5", "3", "-3", "0.07", "-0.1", "10.05"])
+@pytest.mark.parametrize("op", [">", ">=", "<", "<="])
+def test_decimal_bounds_exact(op, bound):
+    b = Decimal(bound)
+    dfa = cpdfa.from_regex(numbers.compare(op, b))
+    for v in DECIMALS:
+        for text in _spellings(v):
+            if text.startswith("-") and Decimal(text) == 0:
+                continue  # -0 is never produced
+            expected = {">": Decimal(text) > b, ">=": Decimal(text) >= b,
+                        "<": Decimal(text) < b, "<=": Decimal(text) <= b}[op]
+            assert dfa.matches(text) == expected, (op, bound, text)
+
+
+@pytest.mark.parametrize("step", ["3", "7", "0.5", "0.01", "1.25"])
+def test_multiple_of_exact(step):
+    s = Decimal(step)
+    dfa = cpdfa.from_regex(numbers.multiple_of(s, allow_fraction=True))
+    for v in DECIMALS:
+        for text in _spellings(v):
+            if text.startswith("-") and Decimal(text) == 0:
+                continue
+            assert dfa.matches(text) == (Decimal(text) % s == 0), (step, text)
+
+
+def test_schema_numbers_through_the_matcher():
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(
+        {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2, "multipleOf": 0.5}), BYTE_VOCAB)
+    got = {t for t in ["-2", "-1.5", "-1", "0", "0.5", "1.50", "2", "2.0", "0.25", "-0"]
+           if accepts(cg, t.encode())}
+    assert got == {"-1.5", "-1", "0", "0.5", "1.50"}
+    ints = gramgen.compile(gramgen.Grammar.from_json_schema({"type": "integer", "minimum": 0.5,
+                                                              "maximum": 12.7}), BYTE_VOCAB)
+    assert [n for n in range(-5, 20) if accepts(ints, str(n).encode())] == list(range(1, 13))
+
+
+# ------------------------------------------------------------------ strings
+
+
+def test_string_length_counts_code_points():
+    rng = random.Random(3)
+    alphabet = ["a", "é", "\u4e2d", "\U0001F600", "\n", '"', "\\", "\x01", "/", " "]
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"type": "string", "minLength": 2, "maxLength": 4}),
+                         BYTE_VOCAB)
+    for _ in range(300):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        assert accepts(cg, json.dumps(s, ensure_ascii=False).encode()) == (2 <= len(s) <= 4), repr(s)
+
+
+def test_pattern_is_unanchored_and_intersects_with_length():
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(
+        {"type": "string", "pattern": "ab+c", "maxLength": 5}), BYTE_VOCAB)
+    assert accepts(cg, b'"xabc"') and accepts(cg, b'"abbbc"')
+    assert not accepts(cg, b'"xabbbc"') and not accepts(cg, b'"ac"')
+    anchored = gramgen.compile(gramgen.Grammar.from_json_schema({"pattern": "^\\d{3}$"}), BYTE_VOCAB)
+    assert accepts(anchored, b'"123"') and not accepts(anchored, b'"1234"')
+    assert accepts(anchored, b"17")  # pattern applies to strings only
+
+
+# ------------------------------------------------------------------ errors and inputs
+
+
+@pytest.mark.parametrize("schema,keyword,pointer", [
+    ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
+    ({"properties": {"a": {"not": {"minimum": 3}}}}, "not", "/properties/a/not"),
+    ({"type": "string", "format": "uri-template"}, "format", "/format"),
+    ({"type": "array", "contains": {"type": "string"}}, "contains", "/contains"),
+    ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, "oneOf", "/oneOf"),
+])
+def test_unsupported_keywords_name_keyword_and_pointer(schema, keyword, pointer):
+    with pytest.raises(gramgen.SchemaError) as info:
+        gramgen.Grammar.from_json_schema(schema)
+    assert keyword in str(info.value) and info.value.pointer == pointer
+    relaxed = gramgen.Grammar.from_json_schema(schema, lenient=True)
+    assert any(pointer in r for r in relaxed.ir.meta["relaxed"])
+
+
+def test_remote_refs_only_from_the_mapping():
+    schema = {"$ref": "http://example.com/item.json"}
+    with pytest.raises(gramgen.SchemaError, match="never fetched"):
+        gramgen.Grammar.from_json_schema(schema)
+    g = gramgen.Grammar.from_json_schema(schema, refs={"http://example.com/item.json": {"type": "integer"}})
+    cg = gramgen.compile(g, BYTE_VOCAB)
+    assert accepts(cg, b"12") and not accepts(cg, b'"x"')
+
+
+def test_malformed_schema_is_a_schema_error():
+    for bad in ["{not json", "[1, 2]", {"type": "strin"}, {"minLength": -1}]:
+        with pytest.raises(gramgen.SchemaError):
+            gramgen.Grammar.from_json_schema(bad)
+
+
+def test_pydantic_model_and_json_text_inputs():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Person(pydantic.BaseModel):
+        name: str
+        age: int
+
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(Person), BYTE_VOCAB)
+    assert accepts(cg, b'{"name":"Ada","age":36}') and not accepts(cg, b'{"age":36,"name":"Ada"}')
+    any_order = gramgen.compile(gramgen.Grammar.from_json_schema(Person, property_order="any"), BYTE_VOCAB)
+    assert accepts(any_order, b'{"age":36,"name":"Ada"}') and not accepts(any_order, b'{"age":36}')
+    text = gramgen.Grammar.from_json_schema(json.dumps(Person.model_json_schema()))
+    assert accepts(gramgen.compile(text, BYTE_VOCAB), b'{"name":"","age":-1}')
+
+
+def test_flexible_whitespace_is_bounded():
+    g = gramgen.Grammar.from_json_schema({"type": "array"}, whitespace="flexible", max_whitespace=4)
+    cg = gramgen.compile(g, BYTE_VOCAB)
+    assert accepts(cg, b"[ 1 ,\n  2 ]") and not accepts(cg, b"[     1]")
+
+
+# ------------------------------------------------------------------ JSONSchemaBench
+
+BENCH = SHARED / "data" / "jsonschemabench"
+
+
+def _bench_sample(per_category: int, max_chars: int):
+    out = []
+    for folder in sorted(p for p in BENCH.iterdir() if p.is_dir()):
+        lines = (folder / "dev.jsonl").read_text().splitlines()
+        random.Random(7).shuffle(lines)
+        taken = 0
+        for line in lines:
+            rec = json.loads(line)
+            if len(json.dumps(rec["schema"])) <= max_chars and rec["tests"]:
+                out.append(rec)
+                taken += 1
+                if taken == per_category:
+                    break
+    return out
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason="needs ../shared/data/jsonschemabench")
+@pytest.mark.parametrize("tokenizer", ["smollm2", "llama2"])
+def test_jsonschemabench_instances_with_real_tokenizers(tokenizer):
+    """Every invalid instance is rejected; every valid one in our serialization (keys in
+    schema order, compact, raw characters) is accepted, token by token with check()."""
+    vocab, tok = vocabulary(tokenizer), hf_tokenizer(tokenizer)
+    compiled = unsupported = walked = 0
+    problems = []
+    for rec in _bench_sample(2, 2500):
+        try:
+            cg = gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"]), vocab)
+        except (gramgen.SchemaError, gramgen.CompileLimitError):
+            unsupported += 1
+            continue
+        compiled += 1
+        resolver = Resolver(rec["schema"], 2020, None)
+        for case in rec["tests"]:
+            data = order_like_schema(case["data"], resolver.root, resolver.resolve)
+            ids = tokenize(compact(data), tok, vocab)  # the tokenizer's own ids when they spell it
+            m = cg.matcher()
+            ok = True
+            for t in ids:
+                if not m.check(t):
+                    ok = False
+                    break
+                m.advance(t)
+            ok = ok and m.check(vocab.eos_token_ids[0])
+            walked += 1
+            if ok != case["valid"] and (ok or not _policy(case["data"])):
+                problems.append((rec["id"], case["valid"], compact(data)[:200]))
+    assert compiled >= 25 and walked >= 40, (compiled, unsupported, walked)
+    assert not problems
+
+
+def _policy(data) -> bool:
+    """Valid data our documented serialization does not produce (1.0 for an integer)."""
+    return "." in json.dumps(data) and any(isinstance(x, float) and x.is_integer()
+                                           for x in json.loads(json.dumps(data), parse_float=float)
+                                           .values()) if isinstance(data, dict) else False
