@@ -169,7 +169,7 @@ BENCH = SHARED / "data" / "jsonschemabench"
 def _bench_sample(per_category: int, max_chars: int):
     out = []
     for folder in sorted(p for p in BENCH.iterdir() if p.is_dir()):
-        lines = (folder / "dev.jsonl").read_text().splitlines()
+        lines = [x for x in (folder / "dev.jsonl").read_text(encoding="utf-8").split("\n") if x.strip()]
         random.Random(7).shuffle(lines)
         taken = 0
         for line in lines:

@@ -57,6 +57,10 @@ class _Empty(Exception):
     """The (sub)schema accepts nothing."""
 
 
+class _NotExpressible(Exception):
+    """A negation (for not / if / overlapping oneOf) has no exact schema here."""
+
+
 class SchemaCompiler:
     def __init__(self, schema: Any, *, whitespace: str = "compact", max_whitespace: int = 20,
                  strict: bool = False, lenient: bool = False, lenient_formats: bool = False,
@@ -233,6 +237,13 @@ class SchemaCompiler:
                 return False
             if part is True:
                 continue
+            if isinstance(part, dict) and any(k in part for k in ("if", "then", "else")):
+                part = self._if_then_else(part)  # if/then/else only see each other within one part
+                part = self.normalize(part, depth)
+                if part is False:
+                    return False
+                if part is True:
+                    continue
             if i != owner:
                 for kw in ("unevaluatedProperties", "unevaluatedItems"):
                     if kw in part and part[kw] is not True:
@@ -369,6 +380,8 @@ class SchemaCompiler:
             return _lcm_decimal(numbers.as_decimal(a), numbers.as_decimal(b))
         if kw == "uniqueItems":
             return a or b
+        if kw.startswith("__not_"):
+            return [*a, *b]
         if kw == "$ref":
             return {"allOf": [{"$ref": a}, {"$ref": b}]}
         raise SchemaError(f"unsupported: allOf combines two different {kw!r} values that cannot be merged exactly",
@@ -385,13 +398,16 @@ class SchemaCompiler:
         """Alternatives (nonterminal names) of a normalized schema."""
         if node.get("__gramgen_conflict__"):
             return []
-        # trivial if/then/else
         if "if" in node or "then" in node or "else" in node:
-            node = self._if_then_else(node)
-            if node is False:
-                return []
-            if "anyOf" in node or "allOf" in node or "$ref" in node:
-                return self._alternatives(node)
+            return self._alternatives(self._if_then_else(node))
+        if "not" in node:
+            rest = {k: v for k, v in node.items() if k != "not"}
+            try:
+                negated = self.negate(node["not"], 0)
+            except _NotExpressible as exc:
+                self.unsupported("not", node, str(exc))
+                return self._alternatives(rest)
+            return self._alternatives(self.merge([rest, negated], node, 1))
         if "anyOf" in node:
             rest = {k: v for k, v in node.items() if k != "anyOf"}
             out = []
@@ -405,8 +421,7 @@ class SchemaCompiler:
             branches = [self.merge([rest, b], node, 1) if _asserts(rest) else self.normalize(b, 1)
                         for b in node["oneOf"]]
             if not self._pairwise_disjoint(branches):
-                self.unsupported("oneOf", node, "branches are not provably disjoint, so exactly-one "
-                                 "cannot be enforced by the grammar")
+                branches = self._exclusive(node, node["oneOf"], rest)
             out = []
             for b in branches:
                 sym = self.value(b)
@@ -415,17 +430,110 @@ class SchemaCompiler:
             return out
         return self._typed(node)
 
+    def _exclusive(self, node: dict, options: list, rest: dict) -> list:
+        """oneOf as anyOf of (branch i and no other branch): exact when every branch can
+        be negated."""
+        if len(options) > 8:
+            self.unsupported("oneOf", node, f"{len(options)} overlapping branches (limit 8)")
+            return [self.merge([rest, b], node, 1) for b in options]
+        try:
+            negations = [self.negate(b, 0) for b in options]
+        except _NotExpressible as exc:
+            self.unsupported("oneOf", node, "branches may overlap and one of them has no expressible "
+                             f"negation ({exc})")
+            return [self.merge([rest, b], node, 1) for b in options]
+        out = []
+        for i, b in enumerate(options):
+            parts = [rest, b, *(negations[j] for j in range(len(options)) if j != i)]
+            out.append(self.merge(parts, node, 1))
+        return out
+
     def _if_then_else(self, node: dict) -> Any:
-        cond = node.get("if", None)
+        """if/then/else = (if and then) or (not if and else)."""
         rest = {k: v for k, v in node.items() if k not in ("if", "then", "else")}
         if "if" not in node:
+            return rest  # then/else without if have no effect
+        cond = node["if"]
+        then, otherwise = node.get("then", True), node.get("else", True)
+        try:
+            negated = self.negate(cond, 0)
+        except _NotExpressible as exc:
+            self.unsupported("if", node, f"the negation of `if` is not expressible ({exc})")
             return rest
-        if cond is True or cond == {}:
-            return self.merge([rest, node.get("then", True)], node, 1)
-        if cond is False:
-            return self.merge([rest, node.get("else", True)], node, 1)
-        self.unsupported("if", node, "if/then/else is supported only with a trivial `if`")
-        return rest
+        return self.merge([rest, {"anyOf": [{"allOf": [cond, then]}, {"allOf": [negated, otherwise]}]}], node, 1)
+
+    # -------------------------------------------------------------- negation (not, if, oneOf)
+
+    def negate(self, schema: Any, depth: int) -> Any:
+        """A schema for exactly the instances that ``schema`` rejects, built keyword by
+        keyword (De Morgan): a keyword that constrains one type is false only for
+        instances of that type, so its negation names that type."""
+        if depth > 6:
+            raise _NotExpressible("negation nests too deeply")
+        schema = self.normalize(schema, 1)
+        if schema is True:
+            return False
+        if schema is False:
+            return True
+        alternatives: list[Any] = []
+        for kw, v in schema.items():
+            if kw in ANNOTATIONS:
+                continue
+            alternatives.extend(self._negate_keyword(kw, v, schema, depth))
+        if not alternatives:
+            return False
+        return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+
+    def _negate_keyword(self, kw: str, v: Any, schema: dict, depth: int) -> list[Any]:
+        counts = {"minLength": ("string", "maxLength"), "maxLength": ("string", "minLength"),
+                  "minItems": ("array", "maxItems"), "maxItems": ("array", "minItems"),
+                  "minProperties": ("object", "maxProperties"), "maxProperties": ("object", "minProperties")}
+        bounds = {"minimum": "exclusiveMaximum", "maximum": "exclusiveMinimum",
+                  "exclusiveMinimum": "maximum", "exclusiveMaximum": "minimum"}
+        if kw == "type":
+            types = _types_of({"type": v})
+            rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in types]
+            if "number" not in types:
+                if "integer" in types:
+                    raise _NotExpressible("`not` of integer among numbers")
+                rest.append("number")
+            return [{"type": rest}] if rest else []
+        if kw in ("enum", "const"):
+            return [{"__not_enum__": [v] if kw == "const" else list(v)}]
+        if kw == "__not_enum__":
+            return [{"enum": list(v)}]
+        if kw == "required":
+            return [{"type": "object", "properties": {r: False}} for r in v]
+        if kw == "pattern":
+            return [{"type": "string", "__not_pattern__": _as_patterns(v)}]
+        if kw == "__not_pattern__":
+            return [{"type": "string", "pattern": p} for p in v]
+        if kw == "multipleOf":
+            return [{"type": "number", "__not_multipleOf__": [v]}]
+        if kw == "__not_multipleOf__":
+            return [{"type": "number", "multipleOf": m} for m in v]
+        if kw in bounds:
+            if isinstance(v, bool):
+                raise _NotExpressible("draft 4 boolean exclusive bounds")
+            return [{"type": "number", bounds[kw]: v}]
+        if kw in counts:
+            t, other = counts[kw]
+            n = self._count(schema, kw, 0)
+            if kw.startswith("min"):
+                return [{"type": t, other: n - 1}] if n > 0 else []
+            return [{"type": t, other: n + 1}]
+        if kw == "not":
+            return [v]
+        if kw == "anyOf":
+            return [{"allOf": [self.negate(b, depth + 1) for b in v]}]
+        if kw == "properties":
+            return [{"type": "object", "required": [k], "properties": {k: self.negate(sub, depth + 1)}}
+                    for k, sub in v.items()]
+        if kw == "items" and not isinstance(v, list) and not schema.get("prefixItems"):
+            return [{"type": "array", "contains": self.negate(v, depth + 1)}]
+        if kw in SUPPORTED or kw.startswith("__"):
+            raise _NotExpressible(f"`{kw}` cannot be negated")
+        return []  # extension keywords never fail
 
     # -------------------------------------------------------------- disjointness (oneOf)
 
@@ -464,15 +572,18 @@ class SchemaCompiler:
 
     def _typed(self, node: dict) -> list[str]:
         types = set(_types_of(node))
-        if "not" in node:
-            types = self._apply_not(node, types)
         if "enum" in node or "const" in node:
             return self._enum(node, types)
         out = []
-        if "null" in types:
+        excluded = node.get("__not_enum__", [])
+        if "null" in types and not any(x is None for x in excluded):
             out.append(self.lex(literal("null"), "NULL"))
         if "boolean" in types:
-            out.append(self.lex(alt([literal("true"), literal("false")]), "BOOL"))
+            bools = [b for b in (True, False) if not any(x is b for x in excluded)]
+            if bools:
+                out.append(self.lex(alt([literal(json.dumps(b)) for b in bools]), "BOOL"))
+        if any(isinstance(x, (dict, list)) for x in excluded) and types & {"array", "object"}:
+            self.unsupported("not", node, "excluding array or object values (not enum/const)")
         if "number" in types:
             out.extend(self._number(node, integer=False))
         elif "integer" in types:
@@ -484,23 +595,6 @@ class SchemaCompiler:
         if "object" in types:
             out.extend(self._object(node))
         return out
-
-    def _apply_not(self, node: dict, types: set[str]) -> set[str]:
-        neg = self.normalize(node["not"], 1)
-        if neg is True or neg == {}:
-            return set()
-        if neg is False:
-            return types
-        if isinstance(neg, dict) and set(neg) - ANNOTATIONS == {"type"}:
-            removed = _types_of(neg)
-            kept = {t for t in types if t not in removed}
-            if "integer" in removed and "number" in kept:
-                self.unsupported("not", node, "`not: {type: integer}` under `number` (non-integers only)")
-            return kept
-        if isinstance(neg, dict) and set(neg) - ANNOTATIONS <= {"enum", "const"} and ("enum" in node or "const" in node):
-            return types  # applied while filtering the enum below
-        self.unsupported("not", node, "only `not` of a type list (or of enum/const next to an enum) is supported")
-        return types
 
     # ---- enum / const
 
@@ -514,7 +608,10 @@ class SchemaCompiler:
             if _type_name(v) not in types and not (_type_name(v) == "integer" and "number" in types) \
                     and not (_type_name(v) == "number" and _is_integral(v) and "integer" in types):
                 continue
-            if _asserts(rest) and not self._valid(v, rest):
+            if any(_json_equal(v, x) for x in node.get("__not_enum__", [])):
+                continue
+            rest_checked = {k: x for k, x in rest.items() if k != "__not_enum__"}
+            if _asserts(rest_checked) and not self._valid(v, rest_checked):
                 continue
             kept.append(v)
         if not kept:
@@ -592,10 +689,21 @@ class SchemaCompiler:
             raise SchemaError("multipleOf must be > 0", self.resolver.pointer(node) + "/multipleOf")
         if isinstance(node.get("multipleOf"), Decimal):
             step = node["multipleOf"]
-        try:
-            rx = numbers.number_regex(integer, lo, hi, xlo, xhi, step)
-        except CompileLimitError:
-            raise
+        rx = numbers.number_regex(integer, lo, hi, xlo, xhi, step)
+        excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        not_multiple = [numbers.as_decimal(m) for m in node.get("__not_multipleOf__", [])]
+        if excluded or not_multiple:
+            # exclusions are exact on canonical numerals only: no exponent, no -0
+            base = numbers.INTEGER if integer else numbers.CANONICAL_DECIMAL
+            dfa = cpdfa.difference(cpdfa.intersect(cpdfa.from_regex(rx), cpdfa.from_regex(base)),
+                                   cpdfa.from_regex(numbers.NEGATIVE_ZERO))
+            for m in not_multiple:
+                dfa = cpdfa.difference(dfa, cpdfa.from_regex(numbers.multiple_of(m, not integer)))
+            if excluded:
+                dfa = cpdfa.difference(dfa, cpdfa.from_regex(alt([numbers.spellings(v) for v in excluded])))
+            if dfa.is_empty():
+                return []
+            rx = cpdfa.as_regex(dfa)
         return [self.lex(rx, "INT" if integer else "NUM")]
 
     def _count(self, node: dict, kw: str, default):
@@ -626,7 +734,9 @@ class SchemaCompiler:
             elif fmt in STRING_FORMATS_WE_REJECT and not self.lenient_formats:
                 self.unsupported("format", node, f"format {fmt!r} has no exact grammar here "
                                  "(lenient_formats=True accepts any string)")
-        if not constraints:
+        not_patterns = node.get("__not_pattern__", [])
+        excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, str)]
+        if not constraints and not not_patterns and not excluded:
             if hi is not None and hi < lo:
                 return []
             body = Repeat(strings.ANY_JSON_CHAR, lo, hi)
@@ -637,11 +747,22 @@ class SchemaCompiler:
         length = Repeat(CharRanges(cpdfa.ANY_CHAR), lo, hi)
         if lo or hi is not None:
             constraints.append(length)
+        if dfa is None and not constraints:
+            constraints.append(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
         for rx in constraints:
             d = cpdfa.from_regex(rx)
             dfa = d if dfa is None else cpdfa.intersect(dfa, d)
             if dfa.is_empty():
                 return []
+        for p in not_patterns:
+            try:
+                dfa = cpdfa.difference(dfa, cpdfa.from_regex(strings.pattern_regex(p)))
+            except strings.PatternError as exc:
+                self.unsupported("not", node, f"pattern {p!r}: {exc}")
+        if excluded:
+            dfa = cpdfa.difference(dfa, cpdfa.from_regex(alt([literal(v) if v else EMPTY for v in excluded])))
+        if dfa.is_empty():
+            return []
         return [self.lex(strings.spelled(dfa), "STR")]
 
     def string_dfa(self, node: Any) -> cpdfa.CodepointDFA | None:
@@ -683,56 +804,82 @@ class SchemaCompiler:
     # ---- arrays
 
     def _array(self, node: dict) -> list[str]:
-        if "contains" in node:
-            self.unsupported("contains", node, "contains is not supported")
         if "unevaluatedItems" in node and node["unevaluatedItems"] is not True:
-            if "prefixItems" in node or "items" in node:
-                pass
             self.unsupported("unevaluatedItems", node, "unevaluatedItems is not supported")
         if self.draft <= 2019 and isinstance(node.get("items"), list):
-            prefix = node["items"]
-            tail = node.get("additionalItems", True)
+            prefix, tail = node["items"], node.get("additionalItems", True)
+        elif isinstance(node.get("items"), list):
+            raise SchemaError("items must be a schema in draft 2020-12 (use prefixItems)",
+                              self.resolver.pointer(node) + "/items")
         else:
             prefix = node.get("prefixItems", []) if self.draft >= 2020 else []
             tail = node.get("items", True)
-            if self.draft >= 2020 and "additionalItems" in node:
-                pass  # not a 2020-12 keyword: ignored like any unknown keyword
         lo = self._count(node, "minItems", 0)
         hi = self._count(node, "maxItems", None)
         if node.get("uniqueItems") is True and (hi is None or hi > 1):
             self.unsupported("uniqueItems", node, "item uniqueness is not context-free")
         if hi is not None and hi < lo:
             return []
-        prefix_syms = [self.value(p) for p in prefix]
-        tail_sym = self.value(tail)
+        contains = node.get("contains") if self.draft >= 6 else None
+        min_c = self._count(node, "minContains", 1) if contains is not None else 0
+        max_c = self._count(node, "maxContains", None) if contains is not None else None
+        if contains is not None and self.draft < 2019:
+            min_c, max_c = 1, None  # minContains/maxContains arrived in 2019-09
+        if max_c is not None and max_c < min_c:
+            return []
+        options: dict[int, list[tuple[str, int]]] = {}  # position -> [(item symbol, counts as contained)]
 
-        def item_at(i: int) -> str | None:  # positions past the prefix take the tail schema
-            return prefix_syms[i] if i < len(prefix_syms) else tail_sym
+        def item_options(i: int) -> list[tuple[str, int]]:
+            key = min(i, len(prefix))
+            if key not in options:
+                schema = prefix[i] if i < len(prefix) else tail
+                if contains is None or (min_c == 0 and max_c is None):
+                    pairs = [(self.value(schema), 0)]
+                else:
+                    try:
+                        negated = self.negate(contains, 0)
+                    except _NotExpressible as exc:
+                        self.unsupported("contains", node, f"its negation is not expressible ({exc})")
+                        negated = True
+                    pairs = [(self.value(self.merge([schema, contains], node, 1)), 1),
+                             (self.value(self.merge([schema, negated], node, 1)), 0)]
+                options[key] = [(sym, inc) for sym, inc in pairs if sym is not None]
+            return options[key]
 
-        last = hi if hi is not None else max(len(prefix_syms), lo)
-        if last > MAX_UNROLL:
-            raise CompileLimitError(f"array bounds need {last} unrolled positions (limit {MAX_UNROLL})")
+        counted = contains is not None and not (min_c == 0 and max_c is None)
+        cap = max(min_c, max_c or 0) if counted else 0
+        last = hi if hi is not None else max(len(prefix), lo, 1)
+        if last * (cap + 1) > MAX_UNROLL * 4 or last > MAX_UNROLL:
+            raise CompileLimitError(f"array bounds need {last} x {cap + 1} states (limit {MAX_UNROLL})")
         open_, close, comma = (self.lex(self.punct(c), n) for c, n in (("[", "LBRACK"), ("]", "RBRACK"),
                                                                         (",", "COMMA")))
-        states = [self.fresh("arr") for _ in range(last + 1)]
+        names: dict[tuple[int, int], str] = {}
+        todo: list[tuple[int, int]] = []
+
+        def state(i: int, c: int) -> str:
+            if (i, c) not in names:
+                names[(i, c)] = self.fresh("arr")
+                todo.append((i, c))
+            return names[(i, c)]
+
         top = self.fresh("array")
-        self.rule(top, open_, states[0])
-        for i in range(last + 1):
-            if i >= lo:
-                self.rule(states[i], close)
-            item = item_at(i)
-            if item is None or (hi is not None and i >= hi):
+        self.rule(top, open_, state(0, 0))
+        while todo:
+            i, c = todo.pop()
+            s = names[(i, c)]
+            if i >= lo and c >= min_c:
+                self.rule(s, close)
+            if hi is not None and i >= hi:
                 continue
-            sep = () if i == 0 else (comma,)
-            if i < last:
-                self.rule(states[i], *sep, item, states[i + 1])
-            elif i == 0:  # unbounded, nothing fixed: [ ] or [ x (, x)* ]
-                more = self.fresh("arr")
-                self.rule(states[0], item, more)
-                self.rule(more, close)
-                self.rule(more, comma, item, more)
-            else:  # unbounded after i items
-                self.rule(states[i], comma, item, states[i])
+            # unbounded arrays: positions past `last` behave alike (same schema, not first)
+            nxt_i = i + 1 if hi is not None or i + 1 <= last else last
+            for sym, inc in item_options(i):
+                c2 = c + inc
+                if max_c is not None and c2 > max_c:
+                    continue
+                if max_c is None:
+                    c2 = min(c2, cap)
+                self.rule(s, *(() if i == 0 else (comma,)), sym, state(nxt_i, c2))
         return [top]
 
     # ---- objects
@@ -1108,6 +1255,12 @@ def _strip_internal(node: Any) -> Any:
         for k, v in node.items():
             if k == "pattern" and isinstance(v, _Patterns):
                 out.setdefault("allOf", []).extend({"pattern": p} for p in v)
+            elif k.startswith("__not_"):
+                inner = {"__not_enum__": "enum", "__not_pattern__": "pattern", "__not_multipleOf__": "multipleOf"}[k]
+                if inner == "enum":
+                    out.setdefault("allOf", []).append({"not": {"enum": v}})
+                else:
+                    out.setdefault("allOf", []).extend({"not": {inner: x}} for x in v)
             elif isinstance(v, Decimal):
                 out[k] = float(v) if v != v.to_integral_value() else int(v)
             else:

@@ -31,6 +31,16 @@ NATURAL = alt([literal("0"), seq([_digit(1, 9), DIGITS])])
 INTEGER = seq([Repeat(literal("-"), 0, 1), NATURAL])
 NUMBER = seq([INTEGER, Repeat(FRACTION, 0, 1), Repeat(EXPONENT, 0, 1)])
 CANONICAL_DECIMAL = seq([Repeat(literal("-"), 0, 1), NATURAL, Repeat(FRACTION, 0, 1)])
+NEGATIVE_ZERO = seq([literal("-0"), Repeat(seq([literal("."), Repeat(literal("0"), 1, None)]), 0, 1)])
+
+
+def spellings(value) -> Regex:
+    """Every canonical numeral (no exponent) of a JSON number: trailing zeros allowed."""
+    d = as_decimal(value)
+    text = format(d.normalize(), "f") if d else "0"
+    if "." in text:
+        return seq([literal(text), Repeat(literal("0"), 0, None)])
+    return seq([literal(text), Repeat(seq([literal("."), Repeat(literal("0"), 1, None)]), 0, 1)])
 
 
 def naturals(lo: int, hi: int | None) -> Regex:
