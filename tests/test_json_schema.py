@@ -112,10 +112,11 @@ def test_pattern_is_unanchored_and_intersects_with_length():
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
-    ({"properties": {"a": {"not": {"minimum": 3}}}}, "not", "/properties/a/not"),
+    ({"properties": {"a": {"not": {"additionalProperties": False}}}}, "not", "/properties/a/not"),
     ({"type": "string", "format": "uri-template"}, "format", "/format"),
-    ({"type": "array", "contains": {"type": "string"}}, "contains", "/contains"),
-    ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, "oneOf", "/oneOf"),
+    ({"type": "array", "contains": {"additionalProperties": False}}, "contains", "/contains"),
+    ({"oneOf": [{"additionalProperties": False}, {"required": ["a"]}]}, "oneOf", "/oneOf"),
+    ({"if": {"propertyNames": {"maxLength": 2}}, "then": {"minProperties": 1}}, "if", "/if"),
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(schema, keyword, pointer):
     with pytest.raises(gramgen.SchemaError) as info:
@@ -123,6 +124,37 @@ def test_unsupported_keywords_name_keyword_and_pointer(schema, keyword, pointer)
     assert keyword in str(info.value) and info.value.pointer == pointer
     relaxed = gramgen.Grammar.from_json_schema(schema, lenient=True)
     assert any(pointer in r for r in relaxed.ir.meta["relaxed"])
+
+
+DIFFERENTIAL = [
+    {"not": {"required": ["a", "b"]}, "type": "object"},
+    {"not": {"type": "string", "maxLength": 2}},
+    {"not": {"enum": [1, "x", None]}, "type": ["integer", "string", "null"]},
+    {"not": {"pattern": "^a"}, "type": "string"},
+    {"type": "integer", "not": {"multipleOf": 3}, "minimum": -5, "maximum": 9},
+    {"if": {"properties": {"k": {"const": "n"}}, "required": ["k"]},
+     "then": {"properties": {"v": {"type": "integer"}}}, "else": {"properties": {"v": {"type": "string"}}},
+     "type": "object", "properties": {"k": {"type": "string"}, "v": {}}},
+    {"oneOf": [{"type": "integer"}, {"minimum": 2}]},
+    {"oneOf": [{"required": ["a"]}, {"required": ["b"]}], "properties": {"a": {}, "b": {}}, "type": "object"},
+    {"type": "array", "contains": {"type": "string"}, "minContains": 2, "maxContains": 3, "maxItems": 5},
+    {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}},
+]
+CANDIDATES = [None, True, 1, 2, 3, 6, -3, 2.5, "x", "ab", "abc", "ba", [], ["a"], ["a", "b"], [1, "a", "b"],
+              ["a", 1, "b", "c"], ["a", "b", "c", "d"], [1, 7], [1, 2], {}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2},
+              {"k": "n", "v": 1}, {"k": "n", "v": "s"}, {"k": "m", "v": "s"}, {"k": "m", "v": 1}, {"v": 1}]
+
+
+@pytest.mark.parametrize("index", range(len(DIFFERENTIAL)))
+def test_negation_based_keywords_agree_with_jsonschema(index):
+    """not / if-then-else / overlapping oneOf / contains: accepted iff jsonschema says valid
+    (every candidate is written in our canonical serialization)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = DIFFERENTIAL[index]
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in CANDIDATES:
+        assert accepts(cg, compact(value)) == validator.is_valid(value), (schema, value)
 
 
 def test_remote_refs_only_from_the_mapping():

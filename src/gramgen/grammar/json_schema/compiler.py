@@ -65,7 +65,7 @@ class SchemaCompiler:
     def __init__(self, schema: Any, *, whitespace: str = "compact", max_whitespace: int = 20,
                  strict: bool = False, lenient: bool = False, lenient_formats: bool = False,
                  refs: dict[str, Any] | None = None, draft: int | None = None,
-                 property_order: str = "schema"):
+                 property_order: str = "schema", max_lexeme_nodes: int = 2000):
         if whitespace not in ("compact", "flexible"):
             raise SchemaError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}", "")
         if property_order not in ("schema", "any"):
@@ -79,6 +79,7 @@ class SchemaCompiler:
         self.lenient = lenient
         self.lenient_formats = lenient_formats
         self.any_order = property_order == "any"
+        self.max_lexeme_nodes = max_lexeme_nodes
         self.relaxed: list[str] = []
         self.rules: list[Rule] = []
         self.lexemes: dict[str, Regex] = {}
@@ -153,7 +154,7 @@ class SchemaCompiler:
                        meta={"relaxed": list(self.relaxed), "draft": self.draft})
         ir = _prune_unproductive(ir)
         try:
-            return collapse_regular(ir)
+            return collapse_regular(ir, max_regex_nodes=self.max_lexeme_nodes)
         except GrammarError:
             return ir
 
@@ -380,6 +381,8 @@ class SchemaCompiler:
             return _lcm_decimal(numbers.as_decimal(a), numbers.as_decimal(b))
         if kw == "uniqueItems":
             return a or b
+        if kw == "__not_integer__":
+            return a or b
         if kw.startswith("__not_"):
             return [*a, *b]
         if kw == "$ref":
@@ -493,11 +496,10 @@ class SchemaCompiler:
         if kw == "type":
             types = _types_of({"type": v})
             rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in types]
+            out: list[Any] = [{"type": rest}] if rest else []
             if "number" not in types:
-                if "integer" in types:
-                    raise _NotExpressible("`not` of integer among numbers")
-                rest.append("number")
-            return [{"type": rest}] if rest else []
+                out.append({"type": "number", "__not_integer__": True} if "integer" in types else {"type": "number"})
+            return out
         if kw in ("enum", "const"):
             return [{"__not_enum__": [v] if kw == "const" else list(v)}]
         if kw == "__not_enum__":
@@ -510,6 +512,8 @@ class SchemaCompiler:
             return [{"type": "string", "pattern": p} for p in v]
         if kw == "multipleOf":
             return [{"type": "number", "__not_multipleOf__": [v]}]
+        if kw == "__not_integer__":
+            return [{"type": "integer"}]
         if kw == "__not_multipleOf__":
             return [{"type": "number", "multipleOf": m} for m in v]
         if kw in bounds:
@@ -689,7 +693,11 @@ class SchemaCompiler:
             raise SchemaError("multipleOf must be > 0", self.resolver.pointer(node) + "/multipleOf")
         if isinstance(node.get("multipleOf"), Decimal):
             step = node["multipleOf"]
+        if integer and node.get("__not_integer__"):
+            return []
         rx = numbers.number_regex(integer, lo, hi, xlo, xhi, step)
+        if node.get("__not_integer__"):  # numbers with a non-zero fraction
+            rx = cpdfa.regex_and(rx, numbers.NON_INTEGER)
         excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, (int, float)) and not isinstance(v, bool)]
         not_multiple = [numbers.as_decimal(m) for m in node.get("__not_multipleOf__", [])]
         if excluded or not_multiple:
@@ -1255,6 +1263,8 @@ def _strip_internal(node: Any) -> Any:
         for k, v in node.items():
             if k == "pattern" and isinstance(v, _Patterns):
                 out.setdefault("allOf", []).extend({"pattern": p} for p in v)
+            elif k == "__not_integer__":
+                out.setdefault("allOf", []).append({"not": {"type": "integer"}})
             elif k.startswith("__not_"):
                 inner = {"__not_enum__": "enum", "__not_pattern__": "pattern", "__not_multipleOf__": "multipleOf"}[k]
                 if inner == "enum":

@@ -31,6 +31,7 @@ NATURAL = alt([literal("0"), seq([_digit(1, 9), DIGITS])])
 INTEGER = seq([Repeat(literal("-"), 0, 1), NATURAL])
 NUMBER = seq([INTEGER, Repeat(FRACTION, 0, 1), Repeat(EXPONENT, 0, 1)])
 CANONICAL_DECIMAL = seq([Repeat(literal("-"), 0, 1), NATURAL, Repeat(FRACTION, 0, 1)])
+NON_INTEGER = seq([Repeat(literal("-"), 0, 1), NATURAL, literal("."), DIGITS, _digit(1, 9), DIGITS])
 NEGATIVE_ZERO = seq([literal("-0"), Repeat(seq([literal("."), Repeat(literal("0"), 1, None)]), 0, 1)])
 
 

@@ -19,6 +19,8 @@ from ..simplify import alt, seq
 Ranges = tuple[tuple[int, int], ...]
 
 _SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
+_UNICODE_ESCAPED: Ranges = ((0x00, 0x07), (0x0B, 0x0B), (0x0E, 0x1F))
+"""Controls without a short escape: written ``\\u00XX``."""
 _RAW_OK: Ranges = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF))
 
 
@@ -90,11 +92,8 @@ def json_char(ranges: Ranges) -> Regex:
     for cp, letter in _SHORT_ESCAPES.items():
         if cp != 0x2F and _intersect(ranges, ((cp, cp),)):
             parts.append(literal("\\" + letter))
-    short = {cp for cp in _SHORT_ESCAPES if cp < 0x20}
-    for lo, hi in _intersect(ranges, ((0, 0x1F),)):
-        for cp in range(lo, hi + 1):
-            if cp not in short:
-                parts.append(seq([literal("\\u"), _hex4(cp, cp)]))
+    for lo, hi in _intersect(ranges, _UNICODE_ESCAPED):
+        parts.append(seq([literal("\\u"), _hex4(lo, hi)]))
     return alt(parts)
 
 
