@@ -97,6 +97,19 @@ def test_string_length_counts_code_points():
         assert accepts(cg, json.dumps(s, ensure_ascii=False).encode()) == (2 <= len(s) <= 4), repr(s)
 
 
+@pytest.mark.parametrize("lo,hi", [(70, 300), (0, 5000), (260, None)])
+def test_long_strings_counted_in_blocks(lo, hi):
+    schema = {"type": "string", "minLength": lo} | ({"maxLength": hi} if hi is not None else {})
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    edges = {0, 1, 63, 64, 65, 127, 128, 129, lo - 1, lo, lo + 1, 4999, 5000, 5001}
+    if hi is not None:
+        edges |= {hi - 1, hi, hi + 1}
+    for n in sorted(e for e in edges if e >= 0):
+        text = "é" * (n // 2) + "\n" * 0 + "a" * (n - n // 2)
+        expected = lo <= n and (hi is None or n <= hi)
+        assert accepts(cg, json.dumps(text, ensure_ascii=False).encode()) == expected, n
+
+
 def test_pattern_is_unanchored_and_intersects_with_length():
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
         {"type": "string", "pattern": "ab+c", "maxLength": 5}), BYTE_VOCAB)

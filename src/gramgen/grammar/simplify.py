@@ -369,12 +369,35 @@ def _rule_regex(name: str, bodies: list[tuple[str, ...]], sym_rx) -> Regex | Non
 MAX_REGEX_DEPTH = 200
 
 
-def _too_big(rx: Regex, max_nodes: int) -> bool:
+def _too_big(rx: Regex, max_nodes: int, max_expanded: int | None = None) -> bool:
     size, depth = _measure(rx, {})
-    return size > max_nodes or depth > MAX_REGEX_DEPTH
+    if size > max_nodes or depth > MAX_REGEX_DEPTH:
+        return True
+    return max_expanded is not None and expanded_size(rx) > max_expanded
 
 
-def collapse_regular(ir: GrammarIR, max_regex_nodes: int = 5000) -> GrammarIR:
+def expanded_size(rx: Regex) -> int:
+    """Automaton positions once counted repeats are unrolled (what the DFA will cost)."""
+    memo: dict[int, int] = {}
+
+    def size(r: Regex) -> int:
+        key = id(r)
+        if key not in memo:
+            if isinstance(r, (Seq, Alt)):
+                memo[key] = 1 + sum(size(i) for i in r.items)
+            elif isinstance(r, Repeat):
+                memo[key] = 1 + size(r.item) * (r.max if r.max is not None else r.min + 1)
+            elif isinstance(r, Automaton):
+                memo[key] = r.n_states + sum(size(label) for _, label, _ in r.edges)
+            else:
+                memo[key] = 1
+        return memo[key]
+
+    return size(rx)
+
+
+def collapse_regular(ir: GrammarIR, max_regex_nodes: int = 5000,
+                     max_expanded: int | None = None) -> GrammarIR:
     """Replace every non-recursive nonterminal by one lexeme; the language is unchanged.
 
     Only sound without ``ignore`` (an ignored lexeme may sit between the lexemes that a
@@ -405,7 +428,7 @@ def collapse_regular(ir: GrammarIR, max_regex_nodes: int = 5000) -> GrammarIR:
             continue  # undefined symbol: leave it for validate() to report
         try:
             rx = _rule_regex(name, bodies[name], sym_rx)
-            too_big = rx is None or _too_big(rx, max_regex_nodes)
+            too_big = rx is None or _too_big(rx, max_regex_nodes, max_expanded)
         except RecursionError:
             too_big = True
         if not too_big:

@@ -49,6 +49,10 @@ STRING_FORMATS_WE_REJECT = {"regex", "iri", "iri-reference", "idn-email", "idn-h
 """Standard formats with no exact regex here: a SchemaError (or lenient)."""
 
 MAX_RULES = 200_000
+LONG_STRING = 256
+"""Plain strings allowing more characters than this are counted in blocks by rules."""
+BLOCK = 64
+MAX_STRING_LENGTH = 1_000_000
 MAX_UNROLL = 1_000
 MAX_MERGE_DEPTH = 32
 
@@ -85,6 +89,7 @@ class SchemaCompiler:
         self.lexemes: dict[str, Regex] = {}
         self._lex_ids: dict[int, str] = {}
         self._memo: dict[int, str | None] = {}
+        self._pieces: dict[tuple, str] = {}
         self._keep: list[Any] = []  # merged schemas stay alive so their ids stay unique
         self._n = 0
         self._validator_cls = None
@@ -154,7 +159,7 @@ class SchemaCompiler:
                        meta={"relaxed": list(self.relaxed), "draft": self.draft})
         ir = _prune_unproductive(ir)
         try:
-            return collapse_regular(ir, max_regex_nodes=self.max_lexeme_nodes)
+            return collapse_regular(ir, max_regex_nodes=self.max_lexeme_nodes, max_expanded=4000)
         except GrammarError:
             return ir
 
@@ -747,10 +752,9 @@ class SchemaCompiler:
         if not constraints and not not_patterns and not excluded:
             if hi is not None and hi < lo:
                 return []
-            body = Repeat(strings.ANY_JSON_CHAR, lo, hi)
-            if hi is not None and hi > 5000:
-                raise CompileLimitError(f"maxLength {hi} is too large to unroll (limit 5000)")
-            return [self.lex(strings.quoted(body), "STR")]
+            if max(lo, hi or 0) > LONG_STRING:
+                return [self._long_string(lo, hi)]
+            return [self.lex(strings.quoted(Repeat(strings.ANY_JSON_CHAR, lo, hi)), "STR")]
         dfa = None
         length = Repeat(CharRanges(cpdfa.ANY_CHAR), lo, hi)
         if lo or hi is not None:
@@ -772,6 +776,35 @@ class SchemaCompiler:
         if dfa.is_empty():
             return []
         return [self.lex(strings.spelled(dfa), "STR")]
+
+    def _long_string(self, lo: int, hi: int | None) -> str:
+        """A string of lo..hi characters as blocks of BLOCK characters counted by rules
+        (one lexeme per block), so long bounds cost rules, not automaton states."""
+        if max(lo, hi or 0) > MAX_STRING_LENGTH:
+            raise CompileLimitError(f"string length bound {max(lo, hi or 0)} is above the limit {MAX_STRING_LENGTH}")
+        char = strings.ANY_JSON_CHAR
+        quote = literal('"')
+
+        def shared(key, make, hint: str) -> str:  # one lexeme per distinct piece
+            if key not in self._pieces:
+                self._pieces[key] = self.lex(make(), hint)
+            return self._pieces[key]
+
+        block = shared(("block",), lambda: Repeat(char, BLOCK, BLOCK), "BLOCK")
+        top = self.fresh("longstr")
+        states = [self.fresh("longstr") for _ in range((hi if hi is not None else lo) // BLOCK + 1)]
+        self.rule(top, shared(("quote",), lambda: quote, "QUOTE"), states[0])
+        for q, s in enumerate(states):
+            t_lo = max(0, lo - BLOCK * q)
+            if hi is None and q == len(states) - 1:
+                self.rule(s, shared(("tail", t_lo, None), lambda: seq([Repeat(char, t_lo, None), quote]), "TAIL"))
+                continue
+            t_hi = BLOCK - 1 if hi is None else min(BLOCK - 1, hi - BLOCK * q)
+            if t_lo <= t_hi:
+                self.rule(s, shared(("tail", t_lo, t_hi), lambda: seq([Repeat(char, t_lo, t_hi), quote]), "TAIL"))
+            if q + 1 < len(states):
+                self.rule(s, block, states[q + 1])
+        return top
 
     def string_dfa(self, node: Any) -> cpdfa.CodepointDFA | None:
         """Decoded-string automaton for a key schema (``propertyNames``); None = any."""
