@@ -8,6 +8,7 @@ of masked (GCD) sampling, ``Π P(w_i|u) / Σ_{t allowed} P(t|u)``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -195,3 +196,34 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float
     obs_a, exp_a = np.array(obs), np.array(exp)
     stat = float(np.sum((obs_a - exp_a) ** 2 / exp_a))
     return _gamma_q((len(obs) - 1) / 2, stat / 2)
+
+
+# -- the real model ---------------------------------------------------------------------------
+
+REAL_BINARY = "[01]{1,3}"
+REAL_PROMPT = "Write a binary number with three digits: "
+
+
+@functools.cache
+def smollm2():
+    """(TransformersLM, tokenizer) for SmolLM2-135M-Instruct, converted once and cached
+    under ``$GRAMGEN_CACHE`` (default /tmp/gramgen-cache). One torch thread: the tests run
+    beside others on few cores, where more threads only contend."""
+    import torch
+
+    from gramgen.decoding import TransformersLM, load_smollm2
+
+    torch.set_num_threads(1)
+    model, tok = load_smollm2()
+    vocab = gramgen.Vocabulary.from_huggingface(tok)
+    return TransformersLM(model, vocab, cache_size=512), tok
+
+
+@functools.cache
+def smollm2_binary():
+    """The real-model instance: binary numbers of 1-3 digits after REAL_PROMPT, with its
+    exact enumeration (one forward per viable prefix, 15 in all)."""
+    lm, tok = smollm2()
+    cg = gramgen.compile(gramgen.Grammar.from_regex(REAL_BINARY), lm.vocab)
+    prompt = tok.encode(REAL_PROMPT)
+    return lm, cg, prompt, enumerate_language(lm, cg, prompt)

@@ -4,10 +4,9 @@ One step draws a token from the model distribution restricted to the allowed tok
 checking only the tokens it draws, and returns an unbiased estimate of the allowed mass
 (the local normaliser) for SMC to weight with.
 
-Round 1 visits tokens in the order of Gumbel keys ``log p(t) + G_t`` (a weighted draw
-without replacement) and stops at the first allowed token ``x``: ``x`` is then an exact
-draw from ``p(t)·1[t allowed] / Z``. Round 2 repeats the draw with fresh keys over the
-tokens round 1 did not reject (``x`` included) and stops again at the first allowed one.
+Round 1 draws tokens from ``p`` without replacement and stops at the first allowed token
+``x``: ``x`` is then an exact draw from ``p(t)·1[t allowed] / Z``. Round 2 repeats the
+draw, afresh, over the tokens round 1 did not reject (``x`` included) and stops again at the first allowed one.
 With ``r1`` the mass rejected in round 1 and ``N`` the rejections of both rounds,
 ``w = (M - r1) / (N + 1)`` has ``E[w] = Z``, where ``M`` is the total mass of ``p``
 (1 when ``p`` is normalised; the kept mass when it was pruned).
@@ -15,12 +14,12 @@ With ``r1`` the mass rejected in round 1 and ``N`` the rejections of both rounds
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["AWRSStep", "awrs_step", "gumbel_order"]
+__all__ = ["AWRSStep", "WithoutReplacement", "awrs_step"]
 
 
 @dataclass(frozen=True)
@@ -33,35 +32,107 @@ class AWRSStep:
     rejections: int
 
 
-def gumbel_order(logp: np.ndarray, rng: np.random.Generator, exclude=()) -> Iterator[int]:
-    """Token ids in decreasing order of ``logp + Gumbel`` keys, skipping ``-inf`` and
-    ``exclude``: a weighted draw without replacement, produced lazily (top 16, then 4x
-    more) so a draw that stops early never sorts the vocabulary."""
-    keys = logp + rng.gumbel(size=logp.shape[0])
-    excl = np.fromiter(exclude, dtype=np.int64)
-    if excl.size:
-        keys[excl] = -np.inf
-    finite = int(np.count_nonzero(np.isfinite(keys)))
-    done, k = 0, 16
-    neg = -keys
-    while done < finite:
-        k = min(k, finite)
-        top = np.argpartition(neg, k - 1)[:k] if k < neg.shape[0] else np.arange(neg.shape[0])
-        top = top[np.lexsort((top, neg[top]))]
-        for t in top[done:k].tolist():
-            yield t
-        done, k = k, 4 * k
+class WithoutReplacement:
+    """Weighted draws without replacement from ``p`` (unnormalised, >= 0), one at a time.
+
+    A draw inverts the cumulative sum and redraws when it lands on a removed token, which
+    is exact (rejection from the restricted distribution); once removed tokens hold half
+    the mass the sums are rebuilt without them, so a draw costs O(log V) expected and the
+    vocabulary is scanned only O(log) times per step, never sorted.
+    """
+
+    def __init__(self, p: np.ndarray, rng: np.random.Generator):
+        self.p = p
+        self.rng = rng
+        self.cum = np.cumsum(p)
+        self.removed: set[int] = set()
+        self.removed_mass = 0.0          # of removed tokens still inside ``cum``
+        self.positive = int(np.count_nonzero(p > 0))
+        self._owns_p = False
+
+    def copy(self) -> WithoutReplacement:
+        other = WithoutReplacement.__new__(WithoutReplacement)
+        other.p, other.rng, other.cum = self.p, self.rng, self.cum
+        other.removed, other.removed_mass = set(self.removed), self.removed_mass
+        other.positive, other._owns_p = self.positive, False
+        self._owns_p = False  # both copy ``p`` before writing to it
+        return other
+
+    def remove(self, t: int) -> None:
+        self.removed.add(t)
+        self.removed_mass += float(self.p[t])
+
+    def remove_many(self, ts: np.ndarray) -> None:
+        self.removed.update(ts.tolist())
+        self.removed_mass += float(self.p[ts].sum())
+
+    def draw(self) -> int | None:
+        """A token not yet removed, with probability ∝ p; None when none has mass."""
+        if len(self.removed) >= self.positive:
+            return None
+        while True:
+            total = float(self.cum[-1])
+            if self.removed_mass > 0.5 * total:
+                self._rebuild()
+                continue
+            t = int(np.searchsorted(self.cum, self.rng.random() * total, side="right"))
+            t = min(t, self.cum.shape[0] - 1)
+            if self.p[t] > 0 and t not in self.removed:
+                return t
+
+    def left(self) -> float:
+        """The mass of the tokens not removed."""
+        if self.removed_mass > 1e-3 * float(self.cum[-1]):
+            self._rebuild()
+        return float(self.cum[-1]) - self.removed_mass
+
+    def _rebuild(self) -> None:
+        if not self._owns_p:
+            self.p = self.p.copy()
+            self._owns_p = True
+        self.p[np.fromiter(self.removed, dtype=np.int64)] = 0.0
+        self.cum = np.cumsum(self.p)
+        self.removed_mass = 0.0
 
 
-def awrs_step(logp: np.ndarray, check: Callable[[int], bool],
-              rng: np.random.Generator) -> AWRSStep:
+def _first_allowed(p: np.ndarray, excluded: np.ndarray, allowed: np.ndarray,
+                   rng: np.random.Generator) -> tuple[np.ndarray, int | None]:
+    """Continue a without-replacement draw over the tokens with mass outside ``excluded``,
+    all at once: (the tokens drawn before the first allowed one, that token or None).
+
+    Gumbel-top-k: with keys ``log p + Gumbel`` the draw order is the decreasing key order,
+    so the first allowed token is the allowed one with the largest key and the tokens
+    before it are those with larger keys; no sort is needed.
+    """
+    with np.errstate(divide="ignore"):
+        keys = np.log(p) + rng.gumbel(size=p.shape[0])
+    keys[excluded] = -np.inf
+    masked = np.where(allowed, keys, -np.inf)
+    x = int(np.argmax(masked))
+    if masked[x] == -np.inf:
+        return np.flatnonzero(np.isfinite(keys)), None
+    return np.flatnonzero(keys > keys[x]), x
+
+
+def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Generator,
+              mask: Callable[[], np.ndarray] | None = None,
+              mask_after: int = 64) -> AWRSStep:
     """Draw one token exactly from ``p·1[check]/Z`` and an unbiased weight for ``Z``.
 
     ``logp`` is the (possibly unnormalised) log-probability of every token id; ``check``
-    is called at most once per token id.
+    is called at most once per token id. When the model and the constraint disagree
+    badly, rejections approach the vocabulary size; if the constraint can also give its
+    full ``mask``, a round that has rejected ``mask_after`` tokens computes it once and
+    finds the rest of the draw order in one vectorised pass. The draws and the weight are
+    the same random variables either way; ``evaluations`` then counts the whole mask.
     """
     logp = np.asarray(logp, dtype=np.float64)
+    top = float(np.max(logp))
+    if top == -np.inf:
+        return AWRSStep(None, -np.inf, 0, 0)
+    p = np.exp(logp - top)  # mass relative to the top token; the weight adds ``top`` back
     verdicts: dict[int, bool] = {}
+    full: list[np.ndarray] = []
 
     def ok(t: int) -> bool:
         v = verdicts.get(t)
@@ -69,24 +140,43 @@ def awrs_step(logp: np.ndarray, check: Callable[[int], bool],
             v = verdicts[t] = bool(check(t))
         return v
 
-    rejected: list[int] = []
+    def allowed() -> np.ndarray | None:
+        if mask is None:
+            return None
+        if not full:
+            full.append(np.asarray(mask(), dtype=bool))
+        return full[0]
+
+    round1 = WithoutReplacement(p, rng)
     x = None
-    for t in gumbel_order(logp, rng):
+    while (t := round1.draw()) is not None:
         if ok(t):
             x = t
             break
-        rejected.append(t)
-    if x is None:
-        return AWRSStep(None, -np.inf, len(verdicts), len(rejected))
-    n_rej = len(rejected)
-    for t in gumbel_order(logp, rng, exclude=rejected):
-        if ok(t):
+        round1.remove(t)
+        if len(round1.removed) >= mask_after and (m := allowed()) is not None:
+            rest, x = _first_allowed(p, np.fromiter(round1.removed, dtype=np.int64), m, rng)
+            round1.remove_many(rest)
             break
-        n_rej += 1
-    # the mass left after round 1, computed from what is kept (accurate when r1 is close to M)
-    kept = logp.copy()
-    if rejected:
-        kept[np.asarray(rejected, dtype=np.int64)] = -np.inf
-    top = np.max(kept)
-    log_left = top + np.log(np.sum(np.exp(kept - top)))
-    return AWRSStep(x, float(log_left - np.log(n_rej + 1)), len(verdicts), n_rej)
+    n_rej = len(round1.removed)
+    evaluations = len(verdicts) + (p.shape[0] if full else 0)
+    if x is None:
+        return AWRSStep(None, -np.inf, evaluations, n_rej)
+    round2 = round1.copy()
+    rejected1 = np.fromiter(round1.removed, dtype=np.int64)
+    if full:
+        rest, _ = _first_allowed(p, rejected1, full[0], rng)
+        n_rej += rest.shape[0]
+    else:
+        while (t := round2.draw()) is not None:
+            if ok(t):
+                break
+            round2.remove(t)
+            n_rej += 1
+            if len(round2.removed) - rejected1.shape[0] >= mask_after and (m := allowed()) is not None:
+                rest, _ = _first_allowed(p, np.fromiter(round2.removed, dtype=np.int64), m, rng)
+                n_rej += rest.shape[0]
+                break
+    evaluations = len(verdicts) + (p.shape[0] if full else 0)
+    log_left = top + float(np.log(round1.left()))
+    return AWRSStep(x, log_left - float(np.log(n_rej + 1)), evaluations, n_rej)

@@ -33,7 +33,9 @@ class Constraint(Protocol):
     """A prefix constraint on token sequences.
 
     ``check(t)`` is True iff the tokens so far followed by ``t`` can still end up
-    accepted; for an EOS id it is True iff the tokens so far are complete.
+    accepted; for an EOS id it is True iff the tokens so far are complete. A constraint
+    may also offer ``mask() -> bool[vocab.size]`` (all checks at once), which AWRS uses
+    when a step rejects many tokens.
     """
 
     counter: EvaluationCounter
@@ -57,6 +59,13 @@ class MatcherConstraint:
     def check(self, token: int) -> bool:
         self.counter.count += 1
         return self.matcher.check(int(token))
+
+    def mask(self):
+        """The full mask (optional in the protocol: AWRS falls back to it after many
+        rejections); counted as ``vocab.size`` evaluations."""
+        mask = self.matcher.mask()
+        self.counter.count += mask.shape[0]
+        return mask
 
     def advance(self, token: int) -> None:
         self.matcher.advance(int(token))

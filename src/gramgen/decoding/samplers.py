@@ -153,7 +153,7 @@ def _awrs(lm, constraint: Constraint, prompt, max_new_tokens, rng) -> SamplerRes
     dead = False
     for _ in range(max_new_tokens):
         logp = lm.next_logprobs([prompt + tokens])[0]
-        draw = awrs_step(logp, state.check, rng)
+        draw = awrs_step(logp, state.check, rng, getattr(state, "mask", None))
         rejections += draw.rejections
         if draw.token is None:
             dead = True

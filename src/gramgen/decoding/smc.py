@@ -130,7 +130,7 @@ def smc(lm: LanguageModel, constraint: Constraint, prompt_ids: Sequence[int], *,
         rows = lm.next_logprobs([prompt + list(c) for c in contexts])
         for p in live:
             logp = rows[contexts[tuple(p.tokens)]]
-            draw = awrs_step(logp, p.constraint.check, rng)
+            draw = awrs_step(logp, p.constraint.check, rng, getattr(p.constraint, "mask", None))
             proposed += 1
             if draw.token is None:
                 p.dead = True
