@@ -200,8 +200,8 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, min_expected: float
 
 # -- the real model ---------------------------------------------------------------------------
 
-REAL_BINARY = "[01]{1,3}"
-REAL_PROMPT = "Write a binary number with three digits: "
+REAL_GRAMMAR = r"(Yes|No)\.?"
+REAL_QUESTION = "Is the sky blue? Answer Yes or No."
 
 
 @functools.cache
@@ -220,10 +220,14 @@ def smollm2():
 
 
 @functools.cache
-def smollm2_binary():
-    """The real-model instance: binary numbers of 1-3 digits after REAL_PROMPT, with its
-    exact enumeration (one forward per viable prefix, 15 in all)."""
+def smollm2_yes_no():
+    """The real-model instance: "Yes"/"No", optionally with a period, as the chat answer
+    to REAL_QUESTION, with its exact enumeration (every tokenisation; one forward per
+    viable prefix, 17 in all). Masked sampling is biased here (KL(GCD || Q) ≈ 0.25)."""
     lm, tok = smollm2()
-    cg = gramgen.compile(gramgen.Grammar.from_regex(REAL_BINARY), lm.vocab)
-    prompt = tok.encode(REAL_PROMPT)
-    return lm, cg, prompt, enumerate_language(lm, cg, prompt)
+    cg = gramgen.compile(gramgen.Grammar.from_regex(REAL_GRAMMAR), lm.vocab)
+    prompt = tok.apply_chat_template([{"role": "user", "content": REAL_QUESTION}],
+                                     add_generation_prompt=True)
+    if not isinstance(prompt, list):  # a BatchEncoding in some transformers versions
+        prompt = prompt["input_ids"]
+    return lm, cg, list(prompt), enumerate_language(lm, cg, list(prompt))

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from synthetic import (EOS, binary_setup, chi_square_pvalue, expr_setup, smollm2_binary)
+from synthetic import (EOS, binary_setup, chi_square_pvalue, expr_setup, smollm2_yes_no)
 
 from gramgen.decoding import (MatcherConstraint, PredicateConstraint, SyntheticLM, awrs_step,
                               run_sampler)
@@ -188,10 +188,10 @@ def test_few_checks_when_the_model_agrees():
 
 
 def test_awrs_on_smollm2_matches_exact_local_distribution():
-    """Real SmolLM2-135M, first token of a binary number: 1500 AWRS draws against the
+    """Real SmolLM2-135M, first token of a chat answer "Yes"/"No": 1500 AWRS draws against the
     exact masked distribution (chi-square p > 1e-3), mean weight within 4 standard errors
     of the exact allowed mass, and far fewer checks than the 49152 of a full mask."""
-    lm, cg, prompt, _ = smollm2_binary()
+    lm, cg, prompt, _ = smollm2_yes_no()
     logp = lm.next_logprobs([prompt])[0]
     m = cg.matcher()
     mask = m.mask()

@@ -97,34 +97,36 @@ class WithoutReplacement:
 
 def _first_allowed(p: np.ndarray, excluded: np.ndarray, allowed: np.ndarray,
                    rng: np.random.Generator) -> tuple[np.ndarray, int | None]:
-    """Continue a without-replacement draw over the tokens with mass outside ``excluded``,
-    all at once: (the tokens drawn before the first allowed one, that token or None).
+    """Continue a without-replacement draw over the tokens with mass outside ``excluded``
+    (bool mask), all at once: (the tokens drawn before the first allowed one, that token
+    or None).
 
-    Gumbel-top-k: with keys ``log p + Gumbel`` the draw order is the decreasing key order,
-    so the first allowed token is the allowed one with the largest key and the tokens
-    before it are those with larger keys; no sort is needed.
+    Exponential race (Gumbel-top-k in another guise): token t "arrives" at time
+    ``E_t / p_t`` with ``E_t ~ Exp(1)``; arrival order is a weighted draw without
+    replacement, so the first allowed token is the allowed one that arrives first and
+    the tokens drawn before it are those arriving earlier. No sort is needed.
     """
     with np.errstate(divide="ignore"):
-        keys = np.log(p) + rng.gumbel(size=p.shape[0])
-    keys[excluded] = -np.inf
-    masked = np.where(allowed, keys, -np.inf)
-    x = int(np.argmax(masked))
-    if masked[x] == -np.inf:
-        return np.flatnonzero(np.isfinite(keys)), None
-    return np.flatnonzero(keys > keys[x]), x
+        times = rng.standard_exponential(p.shape[0]) / p
+    times[excluded] = np.inf
+    masked = np.where(allowed, times, np.inf)
+    x = int(np.argmin(masked))
+    if masked[x] == np.inf:
+        return np.flatnonzero(np.isfinite(times)), None
+    return np.flatnonzero(times < times[x]), x
 
 
 def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Generator,
               mask: Callable[[], np.ndarray] | None = None,
-              mask_after: int = 64) -> AWRSStep:
+              mask_after: int = 32) -> AWRSStep:
     """Draw one token exactly from ``p·1[check]/Z`` and an unbiased weight for ``Z``.
 
     ``logp`` is the (possibly unnormalised) log-probability of every token id; ``check``
     is called at most once per token id. When the model and the constraint disagree
     badly, rejections approach the vocabulary size; if the constraint can also give its
     full ``mask``, a round that has rejected ``mask_after`` tokens computes it once and
-    finds the rest of the draw order in one vectorised pass. The draws and the weight are
-    the same random variables either way; ``evaluations`` then counts the whole mask.
+    finds the rest of the draw in one vectorised pass. The draws and the weight are the
+    same random variables either way; ``evaluations`` then counts the whole mask.
     """
     logp = np.asarray(logp, dtype=np.float64)
     top = float(np.max(logp))
@@ -132,20 +134,12 @@ def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Gen
         return AWRSStep(None, -np.inf, 0, 0)
     p = np.exp(logp - top)  # mass relative to the top token; the weight adds ``top`` back
     verdicts: dict[int, bool] = {}
-    full: list[np.ndarray] = []
 
     def ok(t: int) -> bool:
         v = verdicts.get(t)
         if v is None:
             v = verdicts[t] = bool(check(t))
         return v
-
-    def allowed() -> np.ndarray | None:
-        if mask is None:
-            return None
-        if not full:
-            full.append(np.asarray(mask(), dtype=bool))
-        return full[0]
 
     round1 = WithoutReplacement(p, rng)
     x = None
@@ -154,29 +148,39 @@ def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Gen
             x = t
             break
         round1.remove(t)
-        if len(round1.removed) >= mask_after and (m := allowed()) is not None:
-            rest, x = _first_allowed(p, np.fromiter(round1.removed, dtype=np.int64), m, rng)
-            round1.remove_many(rest)
-            break
+        if len(round1.removed) >= mask_after and mask is not None:
+            return _vectorised(p, top, round1.removed, np.asarray(mask(), dtype=bool), rng,
+                               len(verdicts))
     n_rej = len(round1.removed)
-    evaluations = len(verdicts) + (p.shape[0] if full else 0)
+    if x is None:
+        return AWRSStep(None, -np.inf, len(verdicts), n_rej)
+    round2 = round1.copy()
+    while (t := round2.draw()) is not None:
+        if ok(t):
+            break
+        round2.remove(t)
+        n_rej += 1
+        if len(round2.removed) - len(round1.removed) >= mask_after and mask is not None:
+            excluded = np.zeros(p.shape[0], dtype=bool)
+            excluded[np.fromiter(round2.removed, dtype=np.int64)] = True
+            rest, _ = _first_allowed(p, excluded, np.asarray(mask(), dtype=bool), rng)
+            return AWRSStep(x, top + float(np.log(round1.left())) - float(np.log(n_rej + rest.shape[0] + 1)),
+                            len(verdicts) + p.shape[0], n_rej + rest.shape[0])
+    log_left = top + float(np.log(round1.left()))
+    return AWRSStep(x, log_left - float(np.log(n_rej + 1)), len(verdicts), n_rej)
+
+
+def _vectorised(p, top, rejected, allowed, rng, checked) -> AWRSStep:
+    """Finish an AWRS step from the full mask, round 1 having rejected ``rejected``."""
+    removed = np.zeros(p.shape[0], dtype=bool)
+    removed[np.fromiter(rejected, dtype=np.int64)] = True
+    rest, x = _first_allowed(p, removed, allowed, rng)
+    removed[rest] = True
+    n_rej = int(np.count_nonzero(removed))
+    evaluations = checked + p.shape[0]
     if x is None:
         return AWRSStep(None, -np.inf, evaluations, n_rej)
-    round2 = round1.copy()
-    rejected1 = np.fromiter(round1.removed, dtype=np.int64)
-    if full:
-        rest, _ = _first_allowed(p, rejected1, full[0], rng)
-        n_rej += rest.shape[0]
-    else:
-        while (t := round2.draw()) is not None:
-            if ok(t):
-                break
-            round2.remove(t)
-            n_rej += 1
-            if len(round2.removed) - rejected1.shape[0] >= mask_after and (m := allowed()) is not None:
-                rest, _ = _first_allowed(p, np.fromiter(round2.removed, dtype=np.int64), m, rng)
-                n_rej += rest.shape[0]
-                break
-    evaluations = len(verdicts) + (p.shape[0] if full else 0)
-    log_left = top + float(np.log(round1.left()))
-    return AWRSStep(x, log_left - float(np.log(n_rej + 1)), evaluations, n_rej)
+    left = float(p[~removed].sum())  # what round 1 did not reject, summed directly
+    rest2, _ = _first_allowed(p, removed, allowed, rng)
+    n_rej += rest2.shape[0]
+    return AWRSStep(x, top + float(np.log(left)) - float(np.log(n_rej + 1)), evaluations, n_rej)
