@@ -125,8 +125,10 @@ class TransformersLM:
                                dtype=np.int64)
         self.forward_calls = 0
         self.tokens_run = 0
+        self.contexts_requested = 0
 
     def next_logprobs(self, contexts: Sequence[Sequence[int]]) -> np.ndarray:
+        self.contexts_requested += len(contexts)
         out = np.empty((len(contexts), self.vocab.size), dtype=np.float64)
         todo: dict[tuple[int, ...], list[int]] = {}
         for i, ctx in enumerate(contexts):
