@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from synthetic import binary_setup, enumerate_language, smollm2_yes_no
+from synthetic import binary_setup, enumerate_language, smollm2, smollm2_yes_no
 
 from gramgen import ASAp, GramgenError
 from gramgen.decoding import MatcherConstraint, run_sampler, smc
@@ -121,3 +121,26 @@ def test_smc_on_smollm2_estimates_exact_z():
     z_hats = _z_hats(lm, cg, 10, 30, prompt=prompt)
     assert _within(z_hats, z), (z_hats.mean(), z)
     assert abs(math.log(z_hats.mean()) - ex.log_z) < 0.5
+
+
+def test_transformers_lm_cached_batches_match_fresh_forwards():
+    """SMC scores particles in one batch, most extending a cached context: the batched,
+    left-padded, KV-cache-reusing rows equal one fresh forward per context (float32 noise),
+    and they are normalised log-probabilities over the whole vocabulary."""
+    from gramgen.decoding import TransformersLM
+
+    lm, tok = smollm2()
+    base = tok.encode("The capital of France is")
+    other = tok.encode("Numbers: 1, 2, 3")
+    fresh_lm = TransformersLM(lm.model, lm.vocab, cache_size=0)
+    cached_lm = TransformersLM(lm.model, lm.vocab, cache_size=8)
+    cached_lm.next_logprobs([base, other])
+    contexts = [base + tok.encode(" Paris"), other + tok.encode(", 4, 5"), base,
+                tok.encode("Hello")]
+    rows = cached_lm.next_logprobs(contexts)
+    assert cached_lm.tokens_run < sum(map(len, contexts)) + len(base) + len(other)
+    for ctx, row in zip(contexts, rows):
+        ref = fresh_lm.next_logprobs([ctx])[0]
+        assert row.shape == (lm.vocab.size,) and row.dtype == np.float64
+        assert np.abs(np.exp(row) - np.exp(ref)).max() < 1e-4
+        assert abs(np.logaddexp.reduce(row)) < 1e-9
