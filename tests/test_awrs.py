@@ -210,3 +210,23 @@ def test_awrs_on_smollm2_matches_exact_local_distribution():
     assert chi_square_pvalue(counts, np.where(mask, p, 0) / z) > P_MIN
     assert abs(weights.mean() - z) < 4 * weights.std() / math.sqrt(n), (weights.mean(), z)
     assert checks / n < 20 < lm.vocab.size
+
+
+def test_known_mask_gives_exact_draw_and_weight():
+    """With the state's mask already at hand, AWRS draws from π directly (chi-square) and
+    its weight is exactly Z, with no check; MatcherConstraint offers masks it computed."""
+    vocab, cg, lm = binary_setup(seed=1)
+    logp = lm.next_logprobs([[0]])[0]
+    c = MatcherConstraint(cg.matcher())
+    assert c.known_mask() is None
+    mask = c.mask()
+    np.testing.assert_array_equal(c.fork().known_mask(), mask)
+    p = np.exp(logp)
+    z = float(p[mask].sum())
+    rng = np.random.default_rng(0)
+    counts = np.zeros(vocab.size)
+    for _ in range(3000):
+        step = awrs_step(logp, c.check, rng, known=mask)
+        assert step.evaluations == 0 and step.log_weight == pytest.approx(math.log(z), abs=1e-12)
+        counts[step.token] += 1
+    assert chi_square_pvalue(counts, np.where(mask, p, 0) / z) > P_MIN

@@ -118,7 +118,7 @@ def _first_allowed(p: np.ndarray, excluded: np.ndarray, allowed: np.ndarray,
 
 def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Generator,
               mask: Callable[[], np.ndarray] | None = None,
-              mask_after: int = 32) -> AWRSStep:
+              mask_after: int = 32, known: np.ndarray | None = None) -> AWRSStep:
     """Draw one token exactly from ``p·1[check]/Z`` and an unbiased weight for ``Z``.
 
     ``logp`` is the (possibly unnormalised) log-probability of every token id; ``check``
@@ -127,12 +127,27 @@ def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Gen
     full ``mask``, a round that has rejected ``mask_after`` tokens computes it once and
     finds the rest of the draw in one vectorised pass. The draws and the weight are the
     same random variables either way; ``evaluations`` then counts the whole mask.
+
+    ``known``: the mask of this state if it is already at hand (decided before this step's
+    draws, e.g. kept from an earlier step in the same state): then the token is drawn
+    from the masked distribution directly and the weight is the exact ``Z``, with no
+    check and no variance.
     """
     logp = np.asarray(logp, dtype=np.float64)
     top = float(np.max(logp))
     if top == -np.inf:
         return AWRSStep(None, -np.inf, 0, 0)
     p = np.exp(logp - top)  # mass relative to the top token; the weight adds ``top`` back
+    if known is not None:
+        q = np.where(known, p, 0.0)
+        z = float(q.sum())
+        if z == 0.0:
+            return AWRSStep(None, -np.inf, 0, 0)
+        x = int(np.searchsorted(np.cumsum(q), rng.random() * z, side="right"))
+        x = min(x, q.shape[0] - 1)
+        while q[x] == 0.0:  # float edge: land on the allowed token just below
+            x -= 1
+        return AWRSStep(x, top + float(np.log(z)), 0, 0)
     verdicts: dict[int, bool] = {}
 
     def ok(t: int) -> bool:

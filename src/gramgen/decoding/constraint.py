@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from ..automata.vocabulary import Vocabulary
 from ..errors import TokenRejected
 
 __all__ = ["Constraint", "EvaluationCounter", "MatcherConstraint", "PredicateConstraint",
-           "as_constraint"]
+           "as_constraint", "known_mask"]
 
 
 class EvaluationCounter:
@@ -50,11 +52,18 @@ class Constraint(Protocol):
 
 
 class MatcherConstraint:
-    """A gramgen Matcher as a :class:`Constraint` (``check`` is ``Matcher.check``)."""
+    """A gramgen Matcher as a :class:`Constraint` (``check`` is ``Matcher.check``).
 
-    def __init__(self, matcher, counter: EvaluationCounter | None = None):
+    Full masks it computes are kept per token sequence, shared with its forks, and offered
+    back by :meth:`known_mask`: SMC particles that return to a state where AWRS needed a
+    mask then sample exactly with an exact weight.
+    """
+
+    def __init__(self, matcher, counter: EvaluationCounter | None = None,
+                 _masks: dict | None = None):
         self.matcher = matcher
         self.counter = counter or EvaluationCounter()
+        self._masks: dict[tuple[int, ...], np.ndarray] = {} if _masks is None else _masks
 
     def check(self, token: int) -> bool:
         self.counter.count += 1
@@ -65,13 +74,19 @@ class MatcherConstraint:
         rejections); counted as ``vocab.size`` evaluations."""
         mask = self.matcher.mask()
         self.counter.count += mask.shape[0]
+        if len(self._masks) < 4096:
+            self._masks[tuple(self.matcher.tokens)] = mask
         return mask
+
+    def known_mask(self):
+        """The mask of this state if one was computed before (no evaluation), else None."""
+        return self._masks.get(tuple(self.matcher.tokens)) if self._masks else None
 
     def advance(self, token: int) -> None:
         self.matcher.advance(int(token))
 
     def fork(self) -> MatcherConstraint:
-        return MatcherConstraint(self.matcher.fork(), self.counter)
+        return MatcherConstraint(self.matcher.fork(), self.counter, self._masks)
 
     def is_complete(self) -> bool:
         return self.matcher.is_accepting()
@@ -140,6 +155,13 @@ class PredicateConstraint:
     def fork(self) -> PredicateConstraint:
         return PredicateConstraint(self.vocab, self.prefix_ok, self.complete_ok, self.counter,
                                    self._data, self._done)
+
+
+def known_mask(constraint) -> np.ndarray | None:
+    """The constraint's mask for its current state if it already has one (optional
+    ``known_mask()`` method), else None; see :func:`~gramgen.decoding.awrs.awrs_step`."""
+    method = getattr(constraint, "known_mask", None)
+    return method() if method is not None else None
 
 
 def as_constraint(obj) -> Constraint:

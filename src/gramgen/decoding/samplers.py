@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import GramgenError
 from .asap import ASAp
 from .awrs import awrs_step
-from .constraint import Constraint, as_constraint
+from .constraint import Constraint, as_constraint, known_mask
 from .lm import LanguageModel, log_softmax
 from .smc import smc
 
@@ -153,7 +153,8 @@ def _awrs(lm, constraint: Constraint, prompt, max_new_tokens, rng) -> SamplerRes
     dead = False
     for _ in range(max_new_tokens):
         logp = lm.next_logprobs([prompt + tokens])[0]
-        draw = awrs_step(logp, state.check, rng, getattr(state, "mask", None))
+        draw = awrs_step(logp, state.check, rng, getattr(state, "mask", None),
+                         known=known_mask(state))
         rejections += draw.rejections
         if draw.token is None:
             dead = True

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .awrs import awrs_step
-from .constraint import Constraint
+from .constraint import Constraint, known_mask
 from .lm import LanguageModel
 
 __all__ = ["Particle", "SMCResult", "smc", "log_mean_exp"]
@@ -130,7 +130,8 @@ def smc(lm: LanguageModel, constraint: Constraint, prompt_ids: Sequence[int], *,
         rows = lm.next_logprobs([prompt + list(c) for c in contexts])
         for p in live:
             logp = rows[contexts[tuple(p.tokens)]]
-            draw = awrs_step(logp, p.constraint.check, rng, getattr(p.constraint, "mask", None))
+            draw = awrs_step(logp, p.constraint.check, rng, getattr(p.constraint, "mask", None),
+                             known=known_mask(p.constraint))
             proposed += 1
             if draw.token is None:
                 p.dead = True
