@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from synthetic import (EOS, Exact, binary_setup, empirical, enumerate_language, kl,
+from synthetic import (BINARY, EOS, Exact, binary_setup, empirical, enumerate_language, kl,
                        small_vocab, smollm2_yes_no)
 
 import gramgen
@@ -181,3 +181,16 @@ def test_asap_on_smollm2_converges_to_the_exact_conditional():
     for _ in range(300):
         asap.sample()
     assert kl(asap_distribution(asap, lm, cg, ex, prompt), ex.q) < 0.05 * kl_gcd
+
+
+def test_run_sampler_accepts_an_equal_recompiled_grammar():
+    """generate() may compile the grammar anew on each call: an ASAp trie built for an
+    equal grammar over the same vocabulary is reused, a different grammar is refused."""
+    vocab, cg, lm = binary_setup(seed=2)
+    asap = ASAp(lm, cg, [0], max_new_tokens=16, seed=0)
+    again = gramgen.compile(gramgen.Grammar.from_regex(BINARY), vocab)
+    run_sampler("asap", lm, again, [0], max_new_tokens=16, seed=0, asap=asap)
+    assert asap.samples_drawn == 1
+    other = gramgen.compile(gramgen.Grammar.from_regex(r"[01]{1,4}"), vocab)
+    with pytest.raises(GramgenError):
+        run_sampler("asap", lm, other, [0], max_new_tokens=16, seed=0, asap=asap)

@@ -235,6 +235,14 @@ class ASAp:
         return n.allowed.copy(), (np.exp(scores - total) if total > -np.inf
                                   else np.zeros_like(scores))
 
+    def same_grammar(self, compiled) -> bool:
+        """Whether ``compiled`` is this trie's grammar over the same vocabulary (an equal
+        recompilation counts: the trie is about the language, not the object)."""
+        return compiled is self.compiled or (
+            compiled.vocab.size == self.compiled.vocab.size
+            and compiled.vocab.tokens == self.compiled.vocab.tokens
+            and _grammar_fingerprint(compiled) == _grammar_fingerprint(self.compiled))
+
     # -- persistence --------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike) -> None:

@@ -203,7 +203,7 @@ def _asap(lm, compiled, prompt, max_new_tokens, seed, options) -> SamplerResult:
     asap = options.get("asap")
     if asap is None:
         asap = ASAp(lm, compiled, prompt, max_new_tokens=max_new_tokens, seed=seed)
-    elif asap.prompt_ids != prompt or asap.compiled is not compiled:
+    elif asap.prompt_ids != prompt or not asap.same_grammar(compiled):
         raise GramgenError("the ASAp trie passed was built for another prompt or grammar")
     masks_before = asap.mask_evaluations
     for _ in range(int(options.get("warmup", 0))):
