@@ -1,6 +1,7 @@
 """gramgen: exact, fast grammar-constrained generation for language models."""
 
 from .automata.vocabulary import Vocabulary
+from .decoding import ASAp
 from .errors import (CompileLimitError, GramgenError, GrammarError, SchemaError, TokenizerError,
                      TokenRejected)
 from .grammar import Grammar
@@ -10,7 +11,7 @@ from .runtime.bitmask import allocate_token_bitmask
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompileLimitError", "CompiledGrammar", "GramgenError", "Grammar", "GrammarError",
+    "ASAp", "CompileLimitError", "CompiledGrammar", "GramgenError", "Grammar", "GrammarError",
     "Matcher", "SchemaError", "TokenRejected", "TokenizerError", "Vocabulary",
     "allocate_token_bitmask", "compile", "__version__",
 ]

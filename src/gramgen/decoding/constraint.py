@@ -1,0 +1,179 @@
+"""The one-token constraint interface AWRS and SMC sample against.
+
+AWRS never needs a full mask: it asks "may token t come next?" for the few tokens it
+draws. Anything that can answer that, be advanced by a token and be copied can steer
+generation: a gramgen :class:`~gramgen.Matcher`, a Python predicate over the text, or a
+monitor. Every answer is counted in a shared :class:`EvaluationCounter` so the cost of a
+sampler can be compared with a full mask (``vocab.size`` evaluations per step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..automata.vocabulary import Vocabulary
+from ..errors import TokenRejected
+
+__all__ = ["Constraint", "EvaluationCounter", "MatcherConstraint", "PredicateConstraint",
+           "as_constraint", "known_mask"]
+
+
+class EvaluationCounter:
+    """How many single-token checks were made (shared by a constraint and its forks)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@runtime_checkable
+class Constraint(Protocol):
+    """A prefix constraint on token sequences.
+
+    ``check(t)`` is True iff the tokens so far followed by ``t`` can still end up
+    accepted; for an EOS id it is True iff the tokens so far are complete. A constraint
+    may also offer ``mask() -> bool[vocab.size]`` (all checks at once), which AWRS uses
+    when a step rejects many tokens.
+    """
+
+    counter: EvaluationCounter
+
+    def check(self, token: int) -> bool: ...
+
+    def advance(self, token: int) -> None: ...
+
+    def fork(self) -> Constraint: ...
+
+    def is_complete(self) -> bool: ...
+
+
+class MatcherConstraint:
+    """A gramgen Matcher as a :class:`Constraint` (``check`` is ``Matcher.check``).
+
+    Full masks it computes are kept per token sequence, shared with its forks, and offered
+    back by :meth:`known_mask`: SMC particles that return to a state where AWRS needed a
+    mask then sample exactly with an exact weight.
+    """
+
+    def __init__(self, matcher, counter: EvaluationCounter | None = None,
+                 _masks: dict | None = None):
+        self.matcher = matcher
+        self.counter = counter or EvaluationCounter()
+        self._masks: dict[tuple[int, ...], np.ndarray] = {} if _masks is None else _masks
+
+    def check(self, token: int) -> bool:
+        self.counter.count += 1
+        return self.matcher.check(int(token))
+
+    def mask(self):
+        """The full mask (optional in the protocol: AWRS falls back to it after many
+        rejections); counted as ``vocab.size`` evaluations."""
+        mask = self.matcher.mask()
+        self.counter.count += mask.shape[0]
+        if len(self._masks) < 4096:
+            self._masks[tuple(self.matcher.tokens)] = mask
+        return mask
+
+    def known_mask(self):
+        """The mask of this state if one was computed before (no evaluation), else None."""
+        return self._masks.get(tuple(self.matcher.tokens)) if self._masks else None
+
+    def advance(self, token: int) -> None:
+        self.matcher.advance(int(token))
+
+    def fork(self) -> MatcherConstraint:
+        return MatcherConstraint(self.matcher.fork(), self.counter, self._masks)
+
+    def is_complete(self) -> bool:
+        return self.matcher.is_accepting()
+
+
+def _decode_prefix(data: bytes) -> str:
+    """The text of ``data``, holding back an incomplete UTF-8 character at the end (the
+    next token may complete it); other invalid bytes become U+FFFD."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data":
+            return data[:exc.start].decode("utf-8", errors="replace")
+        return data.decode("utf-8", errors="replace")
+
+
+class PredicateConstraint:
+    """A constraint given as Python predicates over the generated text.
+
+    ``prefix_ok(text)`` must be True iff ``text`` can still be extended into an accepted
+    text (it is called on every candidate text, so it must be prefix-closed: if it holds
+    for a text it holds for every prefix). ``complete_ok(text)`` decides whether EOS may
+    follow. Special tokens other than EOS are never allowed.
+    """
+
+    def __init__(self, vocab: Vocabulary, prefix_ok: Callable[[str], bool],
+                 complete_ok: Callable[[str], bool], counter: EvaluationCounter | None = None,
+                 _data: bytes = b"", _done: bool = False):
+        self.vocab = vocab
+        self.prefix_ok = prefix_ok
+        self.complete_ok = complete_ok
+        self.counter = counter or EvaluationCounter()
+        self._data = _data
+        self._done = _done
+
+    @property
+    def text(self) -> str:
+        return _decode_prefix(self._data)
+
+    def check(self, token: int) -> bool:
+        self.counter.count += 1
+        token = int(token)
+        if self._done:
+            return False
+        if token in self.vocab.eos_token_ids:
+            return self.is_complete()
+        piece = self.vocab.token_bytes(token) if 0 <= token < self.vocab.size else b""
+        if not piece:
+            return False
+        return bool(self.prefix_ok(_decode_prefix(self._data + piece)))
+
+    def is_complete(self) -> bool:
+        return not self._done and bool(self.complete_ok(self.text))
+
+    def advance(self, token: int) -> None:
+        token = int(token)
+        allowed = self.check(token)
+        self.counter.count -= 1  # the re-check on advance is bookkeeping, not sampling cost
+        if not allowed:
+            raise TokenRejected(token, -1, "the predicate rejects this token")
+        if token in self.vocab.eos_token_ids:
+            self._done = True
+        else:
+            self._data += self.vocab.token_bytes(token)
+
+    def fork(self) -> PredicateConstraint:
+        return PredicateConstraint(self.vocab, self.prefix_ok, self.complete_ok, self.counter,
+                                   self._data, self._done)
+
+
+def known_mask(constraint) -> np.ndarray | None:
+    """The constraint's mask for its current state if it already has one (optional
+    ``known_mask()`` method), else None; see :func:`~gramgen.decoding.awrs.awrs_step`."""
+    method = getattr(constraint, "known_mask", None)
+    return method() if method is not None else None
+
+
+def as_constraint(obj) -> Constraint:
+    """Wrap a Matcher or a CompiledGrammar (fresh matcher); pass a Constraint through."""
+    from ..runtime.compiled import CompiledGrammar
+    from ..runtime.matcher import Matcher
+
+    if isinstance(obj, CompiledGrammar):
+        return MatcherConstraint(obj.matcher())
+    if isinstance(obj, Matcher):
+        return MatcherConstraint(obj)
+    if isinstance(obj, Constraint):
+        return obj
+    raise TypeError(f"cannot use a {type(obj).__name__} as a constraint: it needs "
+                    "check(token), advance(token), fork(), is_complete() and a counter")

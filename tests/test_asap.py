@@ -1,0 +1,196 @@
+"""ASAp: upper bounds that only fall, exactness once explored, convergence where GCD stays
+biased, persistence. Oracles by enumeration of finite languages (see synthetic.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from synthetic import (BINARY, EOS, Exact, binary_setup, empirical, enumerate_language, kl,
+                       small_vocab, smollm2_yes_no)
+
+import gramgen
+from gramgen import ASAp, GramgenError
+from gramgen.decoding import SyntheticLM, run_sampler
+
+
+def asap_distribution(asap: ASAp, lm, cg, ex: Exact, prompt) -> np.ndarray:
+    """The exact distribution of ASAp's *next* sample over ``ex.words``: the product of
+    its next-token distributions, with plain masking (Ê = G) where the trie has no node."""
+    cache: dict[tuple[int, ...], dict[int, float]] = {}
+
+    def local(prefix: tuple[int, ...]) -> dict[int, float]:
+        if prefix not in cache:
+            dist = asap.next_token_distribution(prefix)
+            if dist is None:
+                m = cg.matcher()
+                m.advance_many(prefix)
+                allowed = np.flatnonzero(m.mask())
+                p = np.exp(lm.next_logprobs([list(prompt) + list(prefix)])[0][allowed])
+                dist = (allowed, p / p.sum())
+            cache[prefix] = dict(zip(dist[0].tolist(), dist[1].tolist()))
+        return cache[prefix]
+
+    out = np.empty(len(ex.words))
+    for i, w in enumerate(ex.words):
+        prob = 1.0
+        for j, t in enumerate(w):
+            prob *= local(w[:j]).get(t, 0.0)
+        out[i] = prob
+    return out
+
+
+def test_worked_example_from_the_design_note():
+    """L = {ab, b}; P(a)=.9, P(b)=.1, then P(a|a)=.99, P(b|a)=.01. GCD picks "ab" 90% of
+    the time, the target 8.26%; once ASAp has expanded "a" its first step is exact."""
+    vocab = small_vocab(["a", "b"])
+    eos = vocab.eos_token_ids[0]
+    table = {(): {0: 0.9, 1: 0.1}, (0,): {0: 0.99, 1: 0.01}}
+
+    def logits(ctx):
+        out = np.full(vocab.size, -np.inf)
+        for t, pr in table.get(tuple(ctx[1:]), {eos: 1.0}).items():
+            out[t] = math.log(pr)
+        return out
+
+    lm = SyntheticLM(vocab, logits)
+    cg = gramgen.compile(gramgen.Grammar.from_lark('start: "ab" | "b"'), vocab)
+    asap = ASAp(lm, cg, [0], max_new_tokens=8, seed=0)
+    while asap.log_bound((0,)) is None or asap.next_token_distribution((0,)) is None:
+        asap.sample()
+    allowed, probs = asap.next_token_distribution(())
+    q_a = 0.9 * 0.01 / (0.9 * 0.01 + 0.1)
+    assert dict(zip(allowed.tolist(), probs.tolist())) == pytest.approx({0: q_a, 1: 1 - q_a},
+                                                                       abs=1e-12)
+    assert math.exp(asap.log_bound((0,))) == pytest.approx(0.01, abs=1e-12)
+
+
+def test_bounds_stay_above_efg_and_never_increase():
+    """After each of 150 samples, at every prefix of the language the trie knows:
+    Ê(u) ≥ EFG(u) (to 1e-12, relative) and Ê(u) ≤ its value after the previous sample."""
+    vocab, cg, lm = binary_setup(seed=1, scale=1.0)
+    ex = enumerate_language(lm, cg, [0])
+    asap = ASAp(lm, cg, [0], max_new_tokens=16, seed=3)
+    previous: dict[tuple[int, ...], float] = {}
+    for _ in range(150):
+        asap.sample()
+        for prefix, log_efg in ex.log_efg.items():
+            b = asap.log_bound(prefix)
+            if b is None:
+                continue
+            assert b >= log_efg - 1e-12, (prefix, b, log_efg)
+            assert b <= previous.get(prefix, 0.0) + 1e-12
+            previous[prefix] = b
+    assert len(previous) > 100  # the walk did reach most of the language
+
+
+def test_exact_once_every_prefix_is_explored():
+    """A one-key JSON enum object, {"c":1|2|3} (8 token sequences): once the trie holds
+    every viable prefix, ASAp's next-sample distribution equals Q (KL < 1e-9) and its
+    bounds equal EFG; masked sampling's KL is > 0.05 on this instance."""
+    vocab = small_vocab(['{"c":', '{', '"c":', '1', '2', '3', '}', '1}', 'x'])
+    cg = gramgen.compile(gramgen.Grammar.from_lark(r'start: "{\"c\":" ("1" | "2" | "3") "}"'),
+                         vocab)
+    lm = SyntheticLM.hashed(vocab, seed=3, scale=0.5)
+    ex = enumerate_language(lm, cg, [0])
+    assert kl(ex.gcd, ex.q) > 0.05
+    asap = ASAp(lm, cg, [0], max_new_tokens=32, seed=1)
+    prefixes = list(ex.log_efg)
+    for n in range(5000):
+        asap.sample()
+        if n % 50 == 0 and all(asap.next_token_distribution(u) is not None for u in prefixes):
+            break
+    assert all(asap.next_token_distribution(u) is not None for u in prefixes)
+    assert kl(asap_distribution(asap, lm, cg, ex, [0]), ex.q) < 1e-9
+    for u, log_efg in ex.log_efg.items():
+        assert asap.log_bound(u) == pytest.approx(log_efg, abs=1e-9)
+
+
+def test_converges_where_masked_sampling_stays_biased():
+    """Binary strings of length <= 5 (272 token sequences), KL(GCD || Q) = 1.17 exactly.
+    ASAp, 3 seeds × 1500 samples: the exact KL of its next sample is < 0.1 × KL(GCD || Q);
+    the empirical KL of samples 751-1500 is < 0.3 (the floor of an exact sampler,
+    (|L|-1)/2N, is 0.18 here), while 750 masked samples have empirical KL > 0.8."""
+    vocab, cg, lm = binary_setup(seed=1, scale=1.0)
+    ex = enumerate_language(lm, cg, [0])
+    kl_gcd = kl(ex.gcd, ex.q)
+    assert kl_gcd > 1.0
+    for seed in range(3):
+        asap = ASAp(lm, cg, [0], max_new_tokens=16, seed=seed)
+        samples = [asap.sample().tokens for _ in range(1500)]
+        assert kl(asap_distribution(asap, lm, cg, ex, [0]), ex.q) < 0.1 * kl_gcd
+        if seed == 0:
+            kl_asap = kl(empirical(samples[750:], ex), ex.q)
+    gcd = [run_sampler("constrained", lm, cg, [0], max_new_tokens=16, seed=s).tokens
+           for s in range(750)]
+    kl_gcd_emp = kl(empirical(gcd, ex), ex.q)
+    assert kl_asap < 0.3 < 0.8 < kl_gcd_emp, (kl_asap, kl_gcd_emp)
+
+
+def test_save_load_round_trip(tmp_path):
+    """A loaded trie gives the same next-token distributions and, with the same seed,
+    the same samples as the original; a different grammar or vocabulary is refused."""
+    vocab, cg, lm = binary_setup(seed=2)
+    a = ASAp(lm, cg, [0], max_new_tokens=16, seed=0)
+    for _ in range(40):
+        a.sample()
+    path = tmp_path / "trie.npz"
+    a.save(path)
+    b = ASAp.load(path, lm, cg, seed=9)
+    assert b.num_nodes == a.num_nodes and b.samples_drawn == 40
+    a.rng = np.random.default_rng(9)
+    for _ in range(30):
+        assert a.sample().tokens == b.sample().tokens
+    assert a.num_nodes == b.num_nodes
+    other = gramgen.compile(gramgen.Grammar.from_regex(r"[01]{1,4}"), vocab)
+    with pytest.raises(GramgenError):
+        ASAp.load(path, lm, other)
+    with np.load(path, allow_pickle=False) as data:  # plain arrays only
+        assert set(data.files) == {"header", "parent", "token", "sizes", "allowed", "logp", "log_e"}
+
+
+def test_run_sampler_asap_reuses_a_trie():
+    vocab, cg, lm = binary_setup(seed=2)
+    asap = ASAp(lm, cg, [0], max_new_tokens=16, seed=0)
+    r = run_sampler("asap", lm, cg, [0], max_new_tokens=16, seed=0, asap=asap, warmup=5)
+    assert asap.samples_drawn == 6 and r.complete and r.finish_reason == "eos"
+    assert r.tokens[-1] == vocab.eos_token_ids[0]
+    m = cg.matcher()
+    m.advance_many(r.tokens)
+    assert m.is_terminated()
+    with pytest.raises(GramgenError):
+        run_sampler("asap", lm, cg, [0, 1], max_new_tokens=16, seed=0, asap=asap)
+
+
+def test_budget_too_small_raises():
+    vocab, cg, lm = binary_setup()
+    asap = ASAp(lm, cg, [0], max_new_tokens=1, seed=0)
+    with pytest.raises(GramgenError):
+        asap.sample()
+
+
+def test_asap_on_smollm2_converges_to_the_exact_conditional():
+    """Real SmolLM2-135M, chat answer "Yes"/"No" with an optional period (12 token
+    sequences, KL(GCD || Q) ≈ 0.25): after 300 ASAp samples the exact KL of its next
+    sample to Q is < 0.05 × KL(GCD || Q)."""
+    lm, cg, prompt, ex = smollm2_yes_no()
+    kl_gcd = kl(ex.gcd, ex.q)
+    assert kl_gcd > 0.1
+    asap = ASAp(lm, cg, prompt, max_new_tokens=8, seed=0)
+    for _ in range(300):
+        asap.sample()
+    assert kl(asap_distribution(asap, lm, cg, ex, prompt), ex.q) < 0.05 * kl_gcd
+
+
+def test_run_sampler_accepts_an_equal_recompiled_grammar():
+    """generate() may compile the grammar anew on each call: an ASAp trie built for an
+    equal grammar over the same vocabulary is reused, a different grammar is refused."""
+    vocab, cg, lm = binary_setup(seed=2)
+    asap = ASAp(lm, cg, [0], max_new_tokens=16, seed=0)
+    again = gramgen.compile(gramgen.Grammar.from_regex(BINARY), vocab)
+    run_sampler("asap", lm, again, [0], max_new_tokens=16, seed=0, asap=asap)
+    assert asap.samples_drawn == 1
+    other = gramgen.compile(gramgen.Grammar.from_regex(r"[01]{1,4}"), vocab)
+    with pytest.raises(GramgenError):
+        run_sampler("asap", lm, other, [0], max_new_tokens=16, seed=0, asap=asap)
