@@ -318,3 +318,50 @@ def test_random_words_of_compiled_schemas_validate():
                 failures.append((rec["id"], word[:200]))
     assert checked >= 60
     assert not failures
+
+
+# ------------------------------------------------------------------ pathological schemas
+
+
+def _nested(depth: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"x": schema}, "required": ["x"]}
+    return schema
+
+
+PATHOLOGICAL = {
+    "huge enum": {"enum": [f"value-{i}" for i in range(20_000)]},
+    "deep nesting": _nested(300),
+    "deep $ref chain": {"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(500)} | {"d500": {"type": "null"}},
+                        "$ref": "#/$defs/d0"},
+    "exponential oneOf": {"oneOf": [{"anyOf": [{"minimum": i}, {"maxLength": i}]} for i in range(8)]},
+    "giant numeric range": {"type": "number", "minimum": -1e300, "maximum": 1e300, "multipleOf": 1e-12},
+    "huge counts": {"type": "array", "minItems": 10**9},
+    "many properties": {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(3000)}},
+    "dependency explosion": {"dependentRequired": {f"a{i}": [f"b{i}"] for i in range(40)}},
+}
+
+
+@pytest.mark.parametrize("name", list(PATHOLOGICAL))
+def test_pathological_schemas_are_bounded(name):
+    """Each either compiles or raises a gramgen error, within a bounded time (a hang or a
+    crash deep inside is the failure)."""
+    import signal
+    import time
+
+    def timeout(*_):
+        raise TimeoutError(name)
+
+    old = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(60)
+    t0 = time.perf_counter()
+    try:
+        try:
+            gramgen.compile(gramgen.Grammar.from_json_schema(PATHOLOGICAL[name]), BYTE_VOCAB)
+        except (gramgen.SchemaError, gramgen.CompileLimitError) as exc:
+            assert str(exc)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.perf_counter() - t0 < 60

@@ -1347,4 +1347,13 @@ def _prune_unproductive(ir: GrammarIR) -> GrammarIR:
 
 def json_schema_to_ir(schema: Any, **options: Any) -> GrammarIR:
     """Compile a JSON Schema to the grammar IR (see :class:`SchemaCompiler` options)."""
-    return SchemaCompiler(schema, **options).build()
+    import sys
+    limit = sys.getrecursionlimit()
+    if sys.version_info >= (3, 11):  # pure-Python frames no longer use the C stack
+        sys.setrecursionlimit(max(limit, 20_000))
+    try:
+        return SchemaCompiler(schema, **options).build()
+    except RecursionError:
+        raise CompileLimitError("the schema nests too deeply to compile") from None
+    finally:
+        sys.setrecursionlimit(limit)
