@@ -24,6 +24,7 @@ import os
 import platform
 import queue
 import resource
+import select
 import shlex
 import signal
 import subprocess
@@ -42,7 +43,7 @@ from .workloads import FULL, QUICK, REPO, SHARED, WORKLOADS, load
 
 ALL_LIBS = ["gramgen", "xgrammar", "llguidance", "outlines-core", "transformers-cfg"]
 #: in quick mode these workloads run with the first tokenizer only (--all-tokenizers: all)
-FIRST_TOKENIZER_ONLY = ("python", "lark", "gbnf")
+FIRST_TOKENIZER_ONLY = ("python", "jsonschema", "lark", "gbnf")
 THREAD_ENV = {
     "RAYON_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
@@ -199,15 +200,14 @@ def worker_main() -> None:
         emit(event="error", reason=f"{type(e).__name__}: {str(e)[:500]}", traceback=tb[-3000:])
         return
 
-    for case in job["cases"]:
+    def run_case(case: dict) -> None:
         key = case["key"]
-        emit(event="phase", phase="case", case=key)
         try:
             try:
                 choice = adapter.grammar_for(case, case["workload"])
             except NotApplicable as e:
                 emit(event="case_na", case=key, reason=str(e))
-                continue
+                return
             emit(event="grammar", case=key, kind=choice.kind, description=choice.description)
             emit(event="phase", phase="compile", case=key)
             try:
@@ -217,7 +217,7 @@ def worker_main() -> None:
                     dt = time.perf_counter() - t0
             except CompileFailed as e:
                 emit(event="compile_error", case=key, seconds=time.perf_counter() - t0, reason=str(e)[:500])
-                continue
+                return
             emit(event="compile", case=key, rep=0, seconds=dt, rss_delta_bytes=rss.delta,
                  compiled_bytes=adapter.compiled_size_bytes(compiled))
             if case.get("reps") and not case.get("resumed"):
@@ -254,6 +254,44 @@ def worker_main() -> None:
             sys.stderr.write(tb)
             emit(event="case_error", case=key, reason=f"{type(e).__name__}: {str(e)[:500]}",
                  traceback=tb[-2000:])
+
+    def run_case_forked(case: dict, limit: float) -> None:
+        """One case in a child forked from this prepared worker, killed after `limit`
+        seconds: a pathological schema costs its time limit, not a worker restart (imports,
+        tokenizer loading and preprocessing again).  Every case starts from the same state."""
+        key = case["key"]
+        out.flush()
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 0
+            try:
+                run_case(case)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            finally:
+                out.flush()
+                os._exit(code)
+        fd = os.pidfd_open(pid)
+        try:
+            ready, _, _ = select.select([fd], [], [], limit)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                emit(event="case_timeout", case=key, seconds=limit)
+                return
+            _, status = os.waitpid(pid, 0)
+            if status != 0:
+                emit(event="case_error", case=key, reason=f"case process died (wait status {status})")
+        finally:
+            os.close(fd)
+
+    fork = job.get("fork", True) and hasattr(os, "fork") and hasattr(os, "pidfd_open")
+    for case in job["cases"]:
+        emit(event="phase", phase="case", case=case["key"])
+        if fork and not case.get("reps") and job.get("case_limit_s"):
+            run_case_forked(case, job["case_limit_s"])
+        else:
+            run_case(case)
     emit(event="done")
 
 
@@ -424,7 +462,8 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                     if phase == "case":
                         cur_case, cur_text = key, None
                         multi = not by_key[key].get("reps")
-                        case_deadline = time.monotonic() + limits.case if multi else float("inf")
+                        # the worker enforces the case limit itself (forked case); this is the backstop
+                        case_deadline = time.monotonic() + limits.case + 30 if multi else float("inf")
                         phase_deadline = float("inf")
                     else:
                         cur_text = ev.get("id")
@@ -464,6 +503,12 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                     finished.add(key)
                     case_deadline = float("inf")
                     cur_case = None
+                elif kind == "case_timeout":
+                    c["timeouts"]["case"] += 1
+                    c["status"], c["reason"] = "timeout", f"case time limit ({ev['seconds']:.0f} s)"
+                    finished.add(key)
+                    case_deadline = float("inf")
+                    cur_case = None
                 elif kind == "case_error":
                     c["status"], c["reason"] = "error", ev["reason"]
                     c["traceback"] = ev.get("traceback")
@@ -493,9 +538,10 @@ def run_job(job: dict, limits: Limits, log) -> dict:
     return res
 
 
-def not_applicable(job: dict, reason: str) -> dict:
+def not_applicable(job: dict) -> dict:
     """The result of a job whose cases the library has no frontend for (no worker started)."""
-    cs = {c["key"]: dict(_new_case(c), status="n/a", reason=reason) for c in job["cases"]}
+    cs = {c["key"]: dict(_new_case(c), status="n/a", reason=f"{job['lib']} has no {c['kind']} frontend")
+          for c in job["cases"]}
     return {"lib": job["lib"], "tokenizer": job["tokenizer"], "status": "ok", "reason": "",
             "timeouts": {"prepare": 0, "job": 0}, "restarts": 0, "cases": cs}
 
@@ -626,6 +672,9 @@ def _parse_args(argv):
     ap.add_argument("--all-tokenizers", action="store_true",
                     help="quick mode: run every workload with every tokenizer (by default the "
                     f"{', '.join(FIRST_TOKENIZER_ONLY)} workloads use only the first tokenizer)")
+    ap.add_argument("--no-fork", action="store_true",
+                    help="run each case of a multi-case workload in the worker itself instead of a "
+                    "forked child (a timeout then costs a worker restart)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -715,11 +764,12 @@ def main(argv=None) -> int:
                                       texts=[{"id": t.id, "ids": ids[tk][(key, t.id)], "expect": t.expect}
                                              for t in c.texts]))
             job = {"lib": lib, "tokenizer": tk, "tokenizer_path": _tokenizer_path(tk),
-                   "cases": cases, "text_budget_s": limits.text_budget, "options": options}
+                   "cases": cases, "text_budget_s": limits.text_budget, "options": options,
+                   "case_limit_s": limits.case, "fork": not args.no_fork}
             t0 = time.time()
             kinds = getattr(ADAPTERS.get(lib), "kinds", None)
             if kinds is not None and not any(c["kind"] in kinds for c in cases):
-                r = not_applicable(job, f"{lib} has no frontend for {', '.join(sorted({c['kind'] for c in cases}))}")
+                r = not_applicable(job)
             else:
                 r = run_job(job, limits, log)
             for run in split_runs(r, list(workloads)):

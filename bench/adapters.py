@@ -261,8 +261,12 @@ class XGrammarAdapter(Adapter):
         return _same_or_flattened(choice, self._lark_error)
 
     def _lark_error(self, text: str) -> str:
+        """Parse only (Grammar.from_lark, no token-mask precomputation): cheap enough to
+        probe whether xgrammar's Lark frontend takes a text before the timed compile."""
+        import xgrammar as xgr
+
         try:
-            self._compiler.compile_lark(text)
+            xgr.Grammar.from_lark(text)
         except Exception as e:  # noqa: BLE001
             return _first_line(e)
         return ""

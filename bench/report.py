@@ -82,8 +82,11 @@ def summarize(run: dict) -> dict:
         "n_valid_accepted": sum(1 for t in valid if t.get("accepted")),
         "n_invalid": len(invalid),
         "n_invalid_rejected": sum(1 for t in invalid if _decided_reject(t)),
-        "valid_accepted_pct": _rate(sum(1 for t in valid if t.get("accepted")), len(valid)),
-        "invalid_rejected_pct": _rate(sum(1 for t in invalid if _decided_reject(t)), len(invalid)),
+        # rates over the texts whose walk finished (not cut at the budget, not timed out)
+        "valid_accepted_pct": _rate(sum(1 for t in valid if t.get("accepted")),
+                                    sum(1 for t in valid if _finished(t))),
+        "invalid_rejected_pct": _rate(sum(1 for t in invalid if _decided_reject(t)),
+                                      sum(1 for t in invalid if _finished(t))),
         # kept for the one-line log and the older table layout
         "n_accepted": sum(1 for t in valid if t.get("accepted")),
         "n_truncated": sum(1 for t in ts if t.get("truncated") or t.get("timeout")),
@@ -95,8 +98,12 @@ def summarize(run: dict) -> dict:
     }
 
 
+def _finished(t: dict) -> bool:
+    return not t.get("truncated") and not t.get("timeout")
+
+
 def _decided_reject(t: dict) -> bool:
-    return not t.get("accepted") and not t.get("truncated") and not t.get("timeout")
+    return not t.get("accepted") and _finished(t)
 
 
 def one_line(run: dict) -> str:
@@ -323,7 +330,9 @@ def markdown(results: dict) -> str:
             if title.startswith("mask") and gs and gs["n_truncated"]:
                 mark = "†"
             txt = _cell(gv, unit) + mark
-            if bp:
+            if gv is None and bp is None:
+                txt = "—"
+            elif bp:
                 pm = "†" if title.startswith("mask") and sums[bp[0]]["n_truncated"] else ""
                 txt += f" · {_cell(bp[1], unit)}{pm} ({bp[0]}) · **{ratio(gv, bp[1])}**"
             else:
@@ -437,14 +446,15 @@ def markdown(results: dict) -> str:
         if not rows:
             continue
         any_dis = True
-        libs = list(runs)
+        libs = [lib for lib, r in runs.items() if r["status"] != "n/a"]
         L.append(f"### {w} × {tk} ({len(rows)} texts)\n")
         L.append("| case | text | label | jsonschema | " + " | ".join(libs) + " | agrees |")
         L.append("|---|---|---|---|" + "---|" * len(libs) + "---|")
         for row in rows[:150]:
             lab = {None: "valid", True: "valid", False: "invalid"}[row["expect"]]
             js = {None: "—", True: "valid", False: "invalid"}[row["jsonschema"]]
-            L.append(f"| `{_clean(row['case'])}` | `{_clean(row['text'])}` | {lab} | {js} | "
+            tid = row["text"][len(row["case"]):] if row["text"].startswith(row["case"] + "#") else row["text"]
+            L.append(f"| `{_clean(row['case'])}` | `{_clean(tid)}` | {lab} | {js} | "
                      + " | ".join(_clean(row["verdicts"][lib]) for lib in libs)
                      + f" | {', '.join(row['agree']) or 'none'} |")
         if len(rows) > 150:
