@@ -310,7 +310,7 @@ class Limits:
         self.compile = compile_timeout or (600.0 if full else 60.0)
         self.text_budget = text_budget or (60.0 if full else 2.0)
         self.text = self.text_budget + (120.0 if full else 20.0)  # one step may overrun
-        self.case = case_timeout or (300.0 if full else 6.0)
+        self.case = case_timeout or (120.0 if full else 6.0)
         self.job = 12 * 3600.0 if full else 300.0
         self.restarts = 200 if full else 8
 
@@ -657,7 +657,7 @@ def _parse_args(argv):
     ap.add_argument("--compile-timeout", type=float, default=None)
     ap.add_argument("--case-timeout", type=float, default=None,
                     help="hard limit per case of a multi-case workload (one schema or grammar: "
-                    "compile + its texts); default 6 s quick, 300 s full")
+                    "compile + its texts); default 6 s quick, 120 s full")
     ap.add_argument("--text-budget", type=float, default=None,
                     help="seconds per text before the walk stops and the text counts as "
                     "truncated (default 2 quick, 60 full); the worker is killed 20/120 s later")

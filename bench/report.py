@@ -261,14 +261,12 @@ def disagreements(results: dict, w: str, tk: str, runs: dict) -> list[dict]:
                 vs[lib] = verdict(tmap.get(tmeta["id"]), c, runs[lib])
             dec = {lib: _decision(v) for lib, v in vs.items()}
             decided = {lib: d for lib, d in dec.items() if d is not None}
-            expect = tmeta.get("expect")
-            want = True if expect is None else bool(expect)
-            if len(set(decided.values())) > 1 or any(d != want for d in decided.values()):
+            expect = tmeta.get("expect")  # None: an unlabeled sample, only inter-library differences
+            want = tmeta.get("jsonschema_valid") if tmeta.get("jsonschema_valid") is not None else expect
+            if len(set(decided.values())) > 1 or (want is not None and any(d != want for d in decided.values())):
                 rows.append({"case": cmeta["id"], "text": tmeta["id"], "expect": expect,
                              "jsonschema": tmeta.get("jsonschema_valid"), "verdicts": vs,
-                             "agree": [lib for lib, d in decided.items()
-                                       if d == (tmeta.get("jsonschema_valid") if tmeta.get("jsonschema_valid")
-                                                is not None else want)]})
+                             "agree": None if want is None else [lib for lib, d in decided.items() if d == want]})
     return rows
 
 
@@ -435,11 +433,13 @@ def markdown(results: dict) -> str:
     # ---- disagreements -------------------------------------------------------------
     L.append("## Disagreements on acceptance\n")
     L.append("Texts where the libraries' verdicts differ, or where a library's verdict differs "
-             "from the text's label (json/python/lark/gbnf texts are all valid; JSONSchemaBench "
-             "instances carry a valid/invalid label; *jsonschema* = the `jsonschema` package's "
-             "verdict on the instance). *agrees* = the libraries whose decided verdict matches "
-             "jsonschema (or the label). Each row is a grammar difference, a peer bug, or ours. "
-             "Undecided verdicts (compile failed, cut, timeout) do not count as disagreeing.\n")
+             "from the text's label: json/python texts are valid by construction; JSONSchemaBench "
+             "instances carry the dataset's valid/invalid label and *jsonschema* = the `jsonschema` "
+             "package's verdict on the instance; Lark sample texts are labeled by lark itself "
+             "where it can build the grammar; GBNF samples are unlabeled (*sample*: only "
+             "differences between libraries count). *agrees* = the libraries whose decided verdict "
+             "matches jsonschema, else the label. Each row is a grammar difference, a peer bug, or "
+             "ours. Undecided verdicts (compile failed, cut, timeout) do not count as disagreeing.\n")
     any_dis = False
     for (w, tk), runs in groups.items():
         rows = disagreements(results, w, tk, runs)
@@ -451,12 +451,12 @@ def markdown(results: dict) -> str:
         L.append("| case | text | label | jsonschema | " + " | ".join(libs) + " | agrees |")
         L.append("|---|---|---|---|" + "---|" * len(libs) + "---|")
         for row in rows[:150]:
-            lab = {None: "valid", True: "valid", False: "invalid"}[row["expect"]]
+            lab = {None: "sample", True: "valid", False: "invalid"}[row["expect"]]
             js = {None: "—", True: "valid", False: "invalid"}[row["jsonschema"]]
             tid = row["text"][len(row["case"]):] if row["text"].startswith(row["case"] + "#") else row["text"]
             L.append(f"| `{_clean(row['case'])}` | `{_clean(tid)}` | {lab} | {js} | "
                      + " | ".join(_clean(row["verdicts"][lib]) for lib in libs)
-                     + f" | {', '.join(row['agree']) or 'none'} |")
+                     + f" | {'—' if row['agree'] is None else ', '.join(row['agree']) or 'none'} |")
         if len(rows) > 150:
             L.append(f"\n… {len(rows) - 150} more in results.json")
         L.append("")

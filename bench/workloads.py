@@ -29,7 +29,7 @@ DATA = Path(__file__).resolve().parent / "data"
 class Text:
     id: str
     text: str
-    expect: bool | None = None  # True valid, False invalid, None: valid (no label needed)
+    expect: bool | None = None  # True valid, False invalid, None: unlabeled sample text
     jsonschema_valid: bool | None = None  # the `jsonschema` package's verdict, when known
 
 
@@ -142,7 +142,7 @@ def load_json(grammar: Path, n: int, max_chars: int, seed: int) -> Workload:
                     continue
                 s = json.dumps(t["data"])
                 if len(s) <= max_chars:
-                    pool.append(Text(f"{rec['id']}#{i}", s))
+                    pool.append(Text(f"{rec['id']}#{i}", s, True))
         rng.shuffle(pool)
         if pool:
             per_cat.append(pool)
@@ -168,7 +168,7 @@ def load_python(grammar: Path, texts_dir: Path, n: int, max_chars: int, seed: in
     files = sorted(p for p in texts_dir.glob("*.py") if p.is_file())
     if not files:
         raise FileNotFoundError(f"no *.py files in {texts_dir} (yet?)")
-    pool = [Text(p.name, p.read_text(encoding="utf-8")) for p in files]
+    pool = [Text(p.name, p.read_text(encoding="utf-8"), True) for p in files]
     pool = [t for t in pool if len(t.text) <= max_chars] or pool[:1]
     if len(pool) > n:
         pool = sorted(random.Random(seed).sample(pool, n), key=lambda t: t.id)
@@ -375,6 +375,40 @@ def _pick(texts: list[Text], n: int | None) -> list[Text]:
     return texts if n is None else texts[:n]
 
 
+def lark_label(grammar: str, start: str, text: Text, import_dir: Path) -> Text:
+    """`text` labeled by lark itself (the reference implementation of the Lark language;
+    Earley with the dynamic lexer, its most general mode): valid if lark parses it, invalid
+    if lark rejects it, unlabeled if lark cannot build this grammar (e.g. `%declare`d
+    terminals that need a postlexer, such as Python's indentation)."""
+    if re.search(r"^\s*%declare\b", grammar, re.M):
+        return text  # its %declare-d terminals come from a postlexer lark is not given here
+    parser = _lark_parser(grammar, start, str(import_dir))
+    if parser is None:
+        return text
+    try:
+        parser.parse(text.text)
+        ok = True
+    except Exception:  # noqa: BLE001 - lark's UnexpectedInput and friends
+        ok = False
+    return Text(text.id, text.text, ok, None)
+
+
+_LARK_PARSERS: dict = {}
+
+
+def _lark_parser(grammar: str, start: str, import_dir: str):
+    key = (grammar, start)
+    if key not in _LARK_PARSERS:
+        try:
+            from lark import Lark
+
+            _LARK_PARSERS[key] = Lark(grammar, parser="earley", lexer="dynamic", start=start,
+                                      import_paths=[import_dir, str(SHARED / "data" / "lark" / "lark-1.3.1")])
+        except Exception:  # noqa: BLE001 - lark cannot build it: no labels from lark
+            _LARK_PARSERS[key] = None
+    return _LARK_PARSERS[key]
+
+
 def load_lark(sizes: Sizes) -> Workload:
     base = SHARED / "data" / "lark"
     if not base.is_dir():
@@ -399,10 +433,13 @@ def load_lark(sizes: Sizes) -> Workload:
         start = _start_rule(text, "file_input")
         if start != "start" and "file_input" not in text:
             continue  # a library of rules to %import (common.lark, unicode.lark): no start rule
-        cases.append(Case(rel, "lark", text, start, _rel(p), _pick(samples.get(rel, []), sizes.grammar_texts)))
+        texts = [lark_label(text, start, t, p.parent) for t in samples.get(rel, [])]
+        texts = [t for t in texts if t.expect is not False] + [t for t in texts if t.expect is False]
+        cases.append(Case(rel, "lark", text, start, _rel(p), _pick(texts, sizes.grammar_texts)))
     return Workload("lark", cases, _rel(base) + "/*/*.lark",
-                    ["texts: tests/data/{json,python,sql}, bench/data/lark/*; grammars without "
-                     "sample texts are compiled only", "common.lark / unicode.lark are %import "
+                    ["texts: tests/data/{json,python,sql}, bench/data/lark/*, labeled valid/invalid "
+                     "by lark itself (Earley, dynamic lexer) where lark can build the grammar, "
+                     "valid ones first; grammars without sample texts are compiled only", "common.lark / unicode.lark are %import "
                      "libraries without a start rule: not run"], reps=False)
 
 
@@ -436,8 +473,10 @@ def load_gbnf(sizes: Sizes) -> Workload:
             continue  # quick: only grammars with sample texts
         cases.append(Case(rel, "gbnf", p.read_text(encoding="utf-8"), "root", _rel(p), texts))
     return Workload("gbnf", cases, _rel(base) + "/**/*.{gbnf,ebnf}",
-                    ["texts: tests/data/json, bench/data/gbnf/*; quick: only grammars with "
-                     "sample texts, full: all grammars (the others compiled only)"], reps=False)
+                    ["texts: tests/data/json, bench/data/gbnf/* (unlabeled samples: a grammar may "
+                     "restrict the language, e.g. llama.cpp's JSON caps number digits); quick: only "
+                     "grammars with sample texts, full: all grammars (the others compiled only)"],
+                    reps=False)
 
 
 WORKLOADS = ("json", "python", "jsonschema", "lark", "gbnf")

@@ -215,3 +215,13 @@ def test_outlines_adapter_on_a_tiny_schema():
     with pytest.raises(NotApplicable):
         a.grammar_for({"kind": "lark", "source": "start: 'a'", "start": "start", "path": "l"}, "lark")
     assert np.asarray(ok["allowed_counts"]).min() > 0
+
+
+def test_lark_labels_samples_with_lark_itself():
+    from bench.workloads import Text, lark_label
+
+    calc = 'start: expr\n?expr: NUMBER | expr "+" NUMBER\n%import common.NUMBER\n%import common.WS\n%ignore WS\n'
+    assert lark_label(calc, "start", Text("a", "1 + 2"), ROOT).expect is True
+    assert lark_label(calc, "start", Text("b", "1 +"), ROOT).expect is False
+    indented = "start: _INDENT 'x'\n%declare _INDENT\n"
+    assert lark_label(indented, "start", Text("c", "x"), ROOT).expect is None  # needs a postlexer
