@@ -289,7 +289,7 @@ def worker_main() -> None:
     for case in job["cases"]:
         emit(event="phase", phase="case", case=case["key"])
         if fork and not case.get("reps") and job.get("case_limit_s"):
-            run_case_forked(case, job["case_limit_s"])
+            run_case_forked(case, case_limit(job, case))
         else:
             run_case(case)
     emit(event="done")
@@ -310,7 +310,7 @@ class Limits:
         self.compile = compile_timeout or (600.0 if full else 60.0)
         self.text_budget = text_budget or (60.0 if full else 2.0)
         self.text = self.text_budget + (120.0 if full else 20.0)  # one step may overrun
-        self.case = case_timeout or (120.0 if full else 6.0)
+        self.case = case_timeout or (30.0 if full else 6.0)
         self.job = 12 * 3600.0 if full else 300.0
         self.restarts = 200 if full else 8
 
@@ -463,7 +463,8 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                         cur_case, cur_text = key, None
                         multi = not by_key[key].get("reps")
                         # the worker enforces the case limit itself (forked case); this is the backstop
-                        case_deadline = time.monotonic() + limits.case + 30 if multi else float("inf")
+                        backstop = case_limit(sub, sub_case(sub, key)) + 30
+                        case_deadline = time.monotonic() + backstop if multi else float("inf")
                         phase_deadline = float("inf")
                     else:
                         cur_text = ev.get("id")
@@ -505,7 +506,7 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                     cur_case = None
                 elif kind == "case_timeout":
                     c["timeouts"]["case"] += 1
-                    c["status"], c["reason"] = "timeout", f"case time limit ({ev['seconds']:.0f} s)"
+                    c["status"], c["reason"] = "timeout", f"case time limit ({ev['seconds']:.0f} s with its texts' budgets)"
                     finished.add(key)
                     case_deadline = float("inf")
                     cur_case = None
@@ -544,6 +545,12 @@ def not_applicable(job: dict) -> dict:
           for c in job["cases"]}
     return {"lib": job["lib"], "tokenizer": job["tokenizer"], "status": "ok", "reason": "",
             "timeouts": {"prepare": 0, "job": 0}, "restarts": 0, "cases": cs}
+
+
+def case_limit(job: dict, case: dict) -> float:
+    """Hard limit for one case of a multi-case workload: the case limit (compile and
+    anything pathological) plus the soft budget of each of its texts."""
+    return job.get("case_limit_s", 0.0) + len(case.get("texts", ())) * (job.get("text_budget_s") or 0.0)
 
 
 def sub_case(sub: dict, key: str) -> dict:
@@ -657,7 +664,7 @@ def _parse_args(argv):
     ap.add_argument("--compile-timeout", type=float, default=None)
     ap.add_argument("--case-timeout", type=float, default=None,
                     help="hard limit per case of a multi-case workload (one schema or grammar: "
-                    "compile + its texts); default 6 s quick, 120 s full")
+                    "compile + its texts), plus each text's budget; default 6 s quick, 30 s full")
     ap.add_argument("--text-budget", type=float, default=None,
                     help="seconds per text before the walk stops and the text counts as "
                     "truncated (default 2 quick, 60 full); the worker is killed 20/120 s later")
