@@ -47,9 +47,6 @@ class CompileFailed(Exception):
     """The library rejected this grammar or schema (its message)."""
 
 
-# kept for callers of the previous interface
-Unsupported = NotApplicable
-
 
 @dataclass
 class GrammarChoice:
