@@ -1,4 +1,5 @@
-"""gramgen vs peers (xgrammar, llguidance) on the same workloads, in one run.
+"""gramgen vs peers (xgrammar, llguidance, outlines-core, transformers-cfg) on the same
+workloads, in one run.
 
     python -m bench                      # --quick: small sample, < 10 min on 2 cores
     python -m bench --full
@@ -6,14 +7,16 @@
     python -m bench --check 1.25         # gramgen only; fail if mask p50/p99 got > 1.25x worse
     python -m bench --report-only        # rebuild RESULTS.md and plots from results.json
 
-Every (library, tokenizer, workload) job runs in its own subprocess (`--worker`), one at a
-time, with time limits per phase (tokenizer preprocessing, each compile, each text) and per
-job; a timed-out text is recorded and the job resumes after it in a fresh process.
+Every (library, tokenizer) job runs in its own subprocess (`--worker`), one at a time, over
+all cases (grammars, schemas) of all workloads, with time limits per phase (tokenizer
+preprocessing, each compile, each text), per case and per job; after a kill the job
+resumes after the case or text that was running, in a fresh process.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import gc
 import json
@@ -21,6 +24,7 @@ import os
 import platform
 import queue
 import resource
+import select
 import shlex
 import signal
 import subprocess
@@ -34,9 +38,12 @@ from pathlib import Path
 import numpy as np
 
 from . import report
-from .workloads import FULL, QUICK, REPO, SHARED, load
+from .adapters import ADAPTERS
+from .workloads import FULL, QUICK, REPO, SHARED, WORKLOADS, load
 
-ALL_LIBS = ["gramgen", "xgrammar", "llguidance"]
+ALL_LIBS = ["gramgen", "xgrammar", "llguidance", "outlines-core", "transformers-cfg"]
+#: in quick mode these workloads run with the first tokenizer only (--all-tokenizers: all)
+FIRST_TOKENIZER_ONLY = ("python", "jsonschema", "lark", "gbnf")
 THREAD_ENV = {
     "RAYON_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
@@ -95,10 +102,11 @@ class _RssPeak:
         return False
 
 
-def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None) -> dict:
+def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None, timed: bool = True) -> dict:
     """Walk one text: time mask() alone at every step, then advance with the text's token.
-    Stops at the first rejected token, or when the text's time budget is spent
-    (then `truncated` is set and the verdict is unknown)."""
+    Stops at the first rejected token, or when the text's time budget is spent (then
+    `truncated` is set and the verdict is unknown).  `timed=False` (invalid instances):
+    advance only, no masks; the mask latency figures come from valid texts."""
     pc = time.perf_counter_ns
     t0 = pc()
     deadline = t0 + int(budget_s * 1e9) if budget_s else None
@@ -106,7 +114,7 @@ def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None) -> d
     m = adapter.matcher(compiled)
     matcher_ns = pc() - t0
     mask = adapter.mask_callable(m)
-    allowed, advance = adapter.allowed, adapter.advance
+    allowed, advance, after = adapter.allowed, adapter.advance, adapter.after_mask
     bm = m.bitmask.view(np.uint32)
     mask_ns: list[int] = []
     adv_ns: list[int] = []
@@ -114,16 +122,19 @@ def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None) -> d
     inconsistent: list[int] = []  # steps where the mask bit and advance() disagree
     rejected_at = None
     for step, tok in enumerate(ids):
-        a = pc()
-        mask()
-        b = pc()
-        mask_ns.append(b - a)
-        allowed_counts.append(int(np.bitwise_count(bm).sum()))
-        bit = allowed(m, tok)
+        bit = None
+        if timed:
+            a = pc()
+            mask()
+            b = pc()
+            mask_ns.append(b - a)
+            after(m)
+            allowed_counts.append(int(np.bitwise_count(bm).sum()))
+            bit = allowed(m, tok)
         c = pc()
         ok = advance(m, tok)
         adv_ns.append(pc() - c)
-        if bit != ok:
+        if bit is not None and bit != ok:
             inconsistent.append(step)
         if not ok:
             rejected_at = step
@@ -134,7 +145,7 @@ def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None) -> d
     acc = rejected_at is None and not truncated and adapter.accepting(m)
     return {
         "n_tokens": len(ids),
-        "steps": len(mask_ns),
+        "steps": len(adv_ns),
         "accepted": bool(acc),
         "rejected_at": rejected_at,
         "truncated": truncated,
@@ -148,6 +159,8 @@ def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None) -> d
 
 
 def worker_main() -> None:
+    """One (library, tokenizer) job: prepare the vocabulary once, then compile and walk
+    every case, reporting events as JSON lines so the parent can enforce time limits."""
     job = json.load(sys.stdin)
     # Results go to a private copy of stdout; anything a library prints goes to stderr.
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -159,91 +172,147 @@ def worker_main() -> None:
         out.flush()
 
     sys.path.insert(0, str(REPO / "src"))
-    from types import SimpleNamespace
-
-    from .adapters import Unsupported, make_adapter
+    from .adapters import CompileFailed, NotApplicable, make_adapter
 
     try:
         adapter = make_adapter(job["lib"], job.get("options"))
-        from transformers import AutoTokenizer
-
         t0 = time.perf_counter()
-        adapter.load()
+        try:
+            adapter.load()
+        except ImportError as e:
+            emit(event="missing", reason=f"not installed: {e}")
+            return
         emit(event="version", version=adapter.version(), import_seconds=time.perf_counter() - t0)
+        from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(job["tokenizer_path"])
         emit(event="phase", phase="prepare")
         t0 = time.perf_counter()
-        adapter.prepare(tok)
+        try:
+            adapter.prepare(tok, job["tokenizer_path"])
+        except NotApplicable as e:
+            emit(event="missing", reason=str(e))
+            return
         emit(event="prepare", seconds=time.perf_counter() - t0, vocab_size=adapter.vocab_size)
-
-        choice = adapter.grammar_for(SimpleNamespace(**job["workload"]))
-        emit(event="grammar", kind=choice.kind, description=choice.description)
-
-        emit(event="phase", phase="compile", rep=0)
-        with _RssPeak() as rss:
-            t0 = time.perf_counter()
-            compiled = adapter.compile(choice)
-            dt = time.perf_counter() - t0
-        emit(
-            event="compile",
-            rep=0,
-            seconds=dt,
-            rss_delta_bytes=rss.delta,
-            compiled_bytes=adapter.compiled_size_bytes(compiled),
-        )
-        if not job.get("resume"):
-            for rep in range(1, job["reps"] + 1):
-                emit(event="phase", phase="compile", rep=rep)
-                gc.collect()
-                t0 = time.perf_counter()
-                adapter.compile(choice)
-                emit(event="compile", rep=rep, seconds=time.perf_counter() - t0)
-            # Python-side peak of one more compile (native allocations are invisible here).
-            import tracemalloc
-
-            emit(event="phase", phase="compile", rep="tracemalloc")
-            gc.collect()
-            tracemalloc.start()
-            adapter.compile(choice)
-            _, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            emit(event="compile_mem", tracemalloc_peak_bytes=peak)
-
-        for t in job["texts"]:
-            emit(event="phase", phase="text", id=t["id"])
-            gc.collect()
-            r = _walk(adapter, compiled, t["ids"], job.get("text_budget_s"))
-            r["id"] = t["id"]
-            k = r["rejected_at"]
-            if k is not None:  # show where it happened
-                r["rejected_token"] = tok.decode([t["ids"][k]])
-                r["rejected_context"] = tok.decode(t["ids"][max(0, k - 12) : k + 1])[-80:]
-            emit(event="text", **r)
-        emit(event="done")
-    except Unsupported as e:
-        emit(event="unsupported", reason=str(e))
     except Exception as e:  # noqa: BLE001 - reported, not hidden
         tb = traceback.format_exc()
         sys.stderr.write(tb)
         emit(event="error", reason=f"{type(e).__name__}: {str(e)[:500]}", traceback=tb[-3000:])
+        return
+
+    def run_case(case: dict) -> None:
+        key = case["key"]
+        try:
+            try:
+                choice = adapter.grammar_for(case, case["workload"])
+            except NotApplicable as e:
+                emit(event="case_na", case=key, reason=str(e))
+                return
+            emit(event="grammar", case=key, kind=choice.kind, description=choice.description)
+            emit(event="phase", phase="compile", case=key)
+            try:
+                with _RssPeak() as rss:
+                    t0 = time.perf_counter()
+                    compiled = adapter.compile(choice)
+                    dt = time.perf_counter() - t0
+            except CompileFailed as e:
+                emit(event="compile_error", case=key, seconds=time.perf_counter() - t0, reason=str(e)[:500])
+                return
+            emit(event="compile", case=key, rep=0, seconds=dt, rss_delta_bytes=rss.delta,
+                 compiled_bytes=adapter.compiled_size_bytes(compiled))
+            if case.get("reps") and not case.get("resumed"):
+                for rep in range(1, case["reps"] + 1):
+                    emit(event="phase", phase="compile", case=key)
+                    gc.collect()
+                    t0 = time.perf_counter()
+                    adapter.compile(choice)
+                    emit(event="compile", case=key, rep=rep, seconds=time.perf_counter() - t0)
+                # Python-side peak of one more compile (native allocations are invisible here).
+                import tracemalloc
+
+                emit(event="phase", phase="compile", case=key)
+                gc.collect()
+                tracemalloc.start()
+                adapter.compile(choice)
+                _, peak = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+                emit(event="compile_mem", case=key, tracemalloc_peak_bytes=peak)
+            for t in case["texts"]:
+                emit(event="phase", phase="text", case=key, id=t["id"])
+                r = _walk(adapter, compiled, t["ids"], job.get("text_budget_s"), t.get("expect") is not False)
+                r["id"] = t["id"]
+                r["expect"] = t.get("expect")
+                k = r["rejected_at"]
+                if k is not None:  # show where it happened
+                    r["rejected_token"] = tok.decode([t["ids"][k]])
+                    r["rejected_context"] = tok.decode(t["ids"][max(0, k - 12): k + 1])[-80:]
+                emit(event="text", case=key, **r)
+            del compiled
+            emit(event="case_done", case=key)
+        except Exception as e:  # noqa: BLE001 - one case's crash is that case's error
+            tb = traceback.format_exc()
+            sys.stderr.write(tb)
+            emit(event="case_error", case=key, reason=f"{type(e).__name__}: {str(e)[:500]}",
+                 traceback=tb[-2000:])
+
+    def run_case_forked(case: dict, limit: float) -> None:
+        """One case in a child forked from this prepared worker, killed after `limit`
+        seconds: a pathological schema costs its time limit, not a worker restart (imports,
+        tokenizer loading and preprocessing again).  Every case starts from the same state."""
+        key = case["key"]
+        out.flush()
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 0
+            try:
+                run_case(case)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            finally:
+                out.flush()
+                os._exit(code)
+        fd = os.pidfd_open(pid)
+        try:
+            ready, _, _ = select.select([fd], [], [], limit)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                emit(event="case_timeout", case=key, seconds=limit)
+                return
+            _, status = os.waitpid(pid, 0)
+            if status != 0:
+                emit(event="case_error", case=key, reason=f"case process died (wait status {status})")
+        finally:
+            os.close(fd)
+
+    fork = job.get("fork", True) and hasattr(os, "fork") and hasattr(os, "pidfd_open")
+    for case in job["cases"]:
+        emit(event="phase", phase="case", case=case["key"])
+        if fork and not case.get("reps") and job.get("case_limit_s"):
+            run_case_forked(case, case_limit(job, case))
+        else:
+            run_case(case)
+    emit(event="done")
 
 
 # ======================================================================================
 # parent: run jobs in subprocesses with time limits
 # ======================================================================================
 class Limits:
-    """Hard limits (the worker is killed) per phase and per job, the soft per-text budget
-    (the worker stops walking that text and records it as truncated), and how many times
-    a job is resumed after a killed text."""
+    """Hard limits (the worker is killed) per phase, per case of a multi-case workload
+    (e.g. one JSON schema: compile + all its instances) and per job; the soft per-text
+    budget (the worker stops walking that text and records it as truncated); and how many
+    times a job is resumed in a fresh process after a kill."""
 
-    def __init__(self, full: bool, compile_timeout: float | None, text_budget: float | None):
+    def __init__(self, full: bool, compile_timeout: float | None, text_budget: float | None,
+                 case_timeout: float | None = None):
         self.prepare = 600.0 if full else 180.0
         self.compile = compile_timeout or (600.0 if full else 60.0)
-        self.text_budget = text_budget or (60.0 if full else 10.0)
-        self.text = self.text_budget + (120.0 if full else 45.0)  # one step may overrun
-        self.job = 3 * 3600.0 if full else 300.0
-        self.restarts = 3 if full else 1
+        self.text_budget = text_budget or (60.0 if full else 2.0)
+        self.text = self.text_budget + (120.0 if full else 20.0)  # one step may overrun
+        self.case = case_timeout or (30.0 if full else 6.0)
+        self.job = 12 * 3600.0 if full else 300.0
+        self.restarts = 200 if full else 8
 
 
 def _spawn(job: dict, stderr_file):
@@ -282,100 +351,242 @@ def _kill(proc) -> None:
     proc.wait()
 
 
+def _new_case(c: dict) -> dict:
+    return {"workload": c["workload"], "id": c["id"], "status": "not_run", "reason": "",
+            "grammar": "", "grammar_kind": "",
+            "compile": {"seconds": []}, "texts": [],
+            "timeouts": {"compile": 0, "text": 0, "case": 0}}
+
+
 def run_job(job: dict, limits: Limits, log) -> dict:
+    """Run one (library, tokenizer) job over all its cases in worker subprocesses, killing a
+    worker at a phase/case/job time limit and resuming after what it was doing."""
     res: dict = {
-        "lib": job["lib"],
-        "tokenizer": job["tokenizer"],
-        "workload": job["workload"]["name"],
-        "status": "ok",
-        "reason": "",
-        "timeouts": {"prepare": 0, "compile": 0, "text": 0, "job": 0},
-        "compile": {"seconds": [], "rss_method": "peak of /proc/self/statm (2 ms samples) "
-                    "and ru_maxrss, minus RSS before the first compile (after gc + malloc_trim)"},
-        "texts": [],
+        "lib": job["lib"], "tokenizer": job["tokenizer"], "status": "ok", "reason": "",
+        "timeouts": {"prepare": 0, "job": 0}, "restarts": 0,
+        "cases": {c["key"]: _new_case(c) for c in job["cases"]},
     }
+    cases = res["cases"]
+    by_key = {c["key"]: c for c in job["cases"]}
     job_deadline = time.monotonic() + limits.job
-    remaining = list(job["texts"])
-    sub = dict(job)
+    done_texts: dict[str, set] = {k: set() for k in by_key}
+    finished: set[str] = set()
     restarts = 0
+
+    def pending() -> list[dict]:
+        out = []
+        for c in job["cases"]:
+            if c["key"] in finished:
+                continue
+            texts = [t for t in c["texts"] if t["id"] not in done_texts[c["key"]]]
+            resumed = bool(cases[c["key"]]["compile"]["seconds"])
+            out.append(dict(c, texts=texts, resumed=resumed))
+        return out
+
     while True:
-        sub["texts"] = remaining
+        todo = pending()
+        if not todo:
+            break
+        sub = dict(job, cases=todo)
+        killed = False
         with tempfile.TemporaryFile("w+") as errf:
             proc, q = _spawn(sub, errf)
-            phase, phase_deadline, cur_text, finished = "start", time.monotonic() + limits.prepare, None, False
+            phase, cur_case, cur_text = "prepare", None, None
+            phase_deadline = time.monotonic() + limits.prepare
+            case_deadline = float("inf")
             while True:
-                now = time.monotonic()
-                deadline = min(phase_deadline, job_deadline)
+                deadline = min(phase_deadline, case_deadline, job_deadline)
                 try:
-                    line = q.get(timeout=max(0.0, deadline - now))
+                    line = q.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     _kill(proc)
-                    which = "job" if job_deadline <= phase_deadline else phase
-                    which = "prepare" if which == "start" else which
-                    res["timeouts"][which] += 1
-                    log(f"      timeout in {which}" + (f" ({cur_text})" if cur_text else ""))
-                    if which == "text":
-                        res["texts"].append({"id": cur_text, "timeout": True, "accepted": False})
-                        done_ids = {t["id"] for t in res["texts"]}
-                        remaining = [t for t in remaining if t["id"] not in done_ids]
-                        if remaining and restarts < limits.restarts and time.monotonic() < job_deadline:
-                            restarts += 1
-                            sub = dict(job, resume=True)
-                            break
-                    res["status"] = "timeout"
-                    res["reason"] = f"{which} time limit"
-                    finished = True
+                    killed = True
+                    if deadline == job_deadline:
+                        res["timeouts"]["job"] += 1
+                        res["status"], res["reason"] = "timeout", "job time limit"
+                        for k in by_key:
+                            if k not in finished and cases[k]["status"] == "not_run":
+                                cases[k]["reason"] = "job time limit reached before this case"
+                        if cur_case:
+                            cases[cur_case]["status"] = "timeout"
+                            cases[cur_case]["reason"] = "job time limit"
+                        log("      timeout: job time limit")
+                        return res
+                    if phase == "prepare":
+                        res["timeouts"]["prepare"] += 1
+                        res["status"], res["reason"] = "timeout", "tokenizer preprocessing time limit"
+                        log("      timeout in tokenizer preprocessing")
+                        return res
+                    c = cases[cur_case]
+                    if deadline == case_deadline:
+                        c["timeouts"]["case"] += 1
+                        c["status"], c["reason"] = "timeout", f"case time limit ({limits.case:.0f} s)"
+                        finished.add(cur_case)
+                    elif phase == "compile":
+                        c["timeouts"]["compile"] += 1
+                        if not c["compile"]["seconds"]:
+                            c["status"], c["reason"] = "timeout", f"compile time limit ({limits.compile:.0f} s)"
+                        finished.add(cur_case)
+                    else:  # text
+                        c["timeouts"]["text"] += 1
+                        c["texts"].append({"id": cur_text, "timeout": True, "accepted": False,
+                                           "expect": _expect(by_key[cur_case], cur_text)})
+                        done_texts[cur_case].add(cur_text)
+                    log(f"      timeout in {phase} ({cur_case}{' / ' + cur_text if cur_text else ''})")
                     break
                 if line is None:  # worker exited without "done"
                     proc.wait()
-                    if res["status"] == "ok":
-                        errf.seek(0)
-                        tail = errf.read()[-2000:]
+                    errf.seek(0)
+                    tail = errf.read()[-2000:]
+                    if res["status"] in ("missing", "error"):
+                        return res
+                    if cur_case is None:
                         res["status"] = "error"
                         res["reason"] = f"worker exited with code {proc.returncode}"
                         res["stderr_tail"] = tail
-                    finished = True
+                        return res
+                    c = cases[cur_case]
+                    c["status"] = "error"
+                    c["reason"] = f"worker died (exit code {proc.returncode}) in {phase}"
+                    c["stderr_tail"] = tail
+                    finished.add(cur_case)
+                    killed = True
+                    log(f"      worker died in {cur_case}: exit code {proc.returncode}")
                     break
                 ev = json.loads(line)
                 kind = ev.pop("event")
+                key = ev.pop("case", None)
+                c = cases.get(key) if key else None
                 if kind == "phase":
                     phase = ev["phase"]
-                    cur_text = ev.get("id")
-                    limit = {"prepare": limits.prepare, "compile": limits.compile}.get(phase, limits.text)
-                    phase_deadline = time.monotonic() + limit
+                    if phase == "case":
+                        cur_case, cur_text = key, None
+                        multi = not by_key[key].get("reps")
+                        # the worker enforces the case limit itself (forked case); this is the backstop
+                        backstop = case_limit(sub, sub_case(sub, key)) + 30
+                        case_deadline = time.monotonic() + backstop if multi else float("inf")
+                        phase_deadline = float("inf")
+                    else:
+                        cur_text = ev.get("id")
+                        limit = limits.compile if phase == "compile" else limits.text
+                        phase_deadline = time.monotonic() + limit
                 elif kind == "version":
                     res["version"] = ev["version"]
                     res.setdefault("import_seconds", ev["import_seconds"])
                 elif kind == "prepare":
-                    if "prepare_seconds" not in res:
-                        res["prepare_seconds"] = ev["seconds"]
-                        res["vocab_size"] = ev["vocab_size"]
+                    res.setdefault("prepare_seconds", ev["seconds"])
+                    res.setdefault("vocab_size", ev["vocab_size"])
                 elif kind == "grammar":
-                    res["grammar"] = ev["description"]
-                    res["grammar_kind"] = ev["kind"]
+                    c["grammar"], c["grammar_kind"] = ev["description"], ev["kind"]
+                elif kind == "case_na":
+                    c["status"], c["reason"] = "n/a", ev["reason"]
+                    finished.add(key)
+                elif kind == "compile_error":
+                    c["status"], c["reason"] = "compile_error", ev["reason"]
+                    c["compile"]["failed_seconds"] = ev["seconds"]
+                    finished.add(key)
                 elif kind == "compile":
-                    if not sub.get("resume"):
-                        res["compile"]["seconds"].append(ev["seconds"])
-                    if ev["rep"] == 0 and "rss_delta_bytes" not in res["compile"]:
-                        res["compile"]["rss_delta_bytes"] = ev["rss_delta_bytes"]
-                        res["compile"]["compiled_bytes"] = ev["compiled_bytes"]
+                    if not sub_case(sub, key).get("resumed"):
+                        c["compile"]["seconds"].append(ev["seconds"])
+                        if ev["rep"] == 0:
+                            c["compile"]["rss_delta_bytes"] = ev["rss_delta_bytes"]
+                            c["compile"]["compiled_bytes"] = ev["compiled_bytes"]
                 elif kind == "compile_mem":
-                    res["compile"]["tracemalloc_peak_bytes"] = ev["tracemalloc_peak_bytes"]
+                    c["compile"]["tracemalloc_peak_bytes"] = ev["tracemalloc_peak_bytes"]
                 elif kind == "text":
-                    res["texts"].append(ev)
+                    c["texts"].append(ev)
+                    done_texts[key].add(ev["id"])
+                elif kind == "case_done":
+                    if c["status"] == "not_run":
+                        c["status"] = "ok"
+                    elif c["status"] == "timeout" and c["compile"]["seconds"]:
+                        c["status"] = "ok"  # texts timed out, the case itself finished
+                    finished.add(key)
+                    case_deadline = float("inf")
+                    cur_case = None
+                elif kind == "case_timeout":
+                    c["timeouts"]["case"] += 1
+                    c["status"], c["reason"] = "timeout", f"case time limit ({ev['seconds']:.0f} s with its texts' budgets)"
+                    finished.add(key)
+                    case_deadline = float("inf")
+                    cur_case = None
+                elif kind == "case_error":
+                    c["status"], c["reason"] = "error", ev["reason"]
+                    c["traceback"] = ev.get("traceback")
+                    finished.add(key)
                 elif kind == "done":
                     proc.wait()
-                    finished = True
                     break
-                elif kind in ("unsupported", "error"):
+                elif kind in ("missing", "error"):
                     res["status"] = kind
                     res["reason"] = ev["reason"]
                     if "traceback" in ev:
                         res["traceback"] = ev["traceback"]
-                    # keep reading until EOF so the process exits cleanly
-        if finished:
-            break
+        if killed:
+            restarts += 1
+            res["restarts"] = restarts
+            if restarts > limits.restarts:
+                for k in by_key:
+                    if k not in finished and cases[k]["status"] == "not_run":
+                        cases[k]["reason"] = f"not run: more than {limits.restarts} worker restarts"
+                res["status"], res["reason"] = "timeout", f"gave up after {limits.restarts} restarts"
+                return res
+            continue
+        break
+    for k in by_key:  # a case with texts that timed out still finished
+        if cases[k]["status"] == "timeout" and cases[k]["compile"]["seconds"] and not cases[k]["timeouts"]["case"]:
+            cases[k]["status"] = "ok"
     return res
+
+
+def not_applicable(job: dict) -> dict:
+    """The result of a job whose cases the library has no frontend for (no worker started)."""
+    cs = {c["key"]: dict(_new_case(c), status="n/a", reason=f"{job['lib']} has no {c['kind']} frontend")
+          for c in job["cases"]}
+    return {"lib": job["lib"], "tokenizer": job["tokenizer"], "status": "ok", "reason": "",
+            "timeouts": {"prepare": 0, "job": 0}, "restarts": 0, "cases": cs}
+
+
+def case_limit(job: dict, case: dict) -> float:
+    """Hard limit for one case of a multi-case workload: the case limit (compile and
+    anything pathological) plus the soft budget of each of its texts."""
+    return job.get("case_limit_s", 0.0) + len(case.get("texts", ())) * (job.get("text_budget_s") or 0.0)
+
+
+def sub_case(sub: dict, key: str) -> dict:
+    for c in sub["cases"]:
+        if c["key"] == key:
+            return c
+    return {}
+
+
+def _expect(case: dict, text_id: str):
+    for t in case["texts"]:
+        if t["id"] == text_id:
+            return t.get("expect")
+    return None
+
+
+def split_runs(job_result: dict, workloads: list[str]) -> list[dict]:
+    """One run per (library, tokenizer, workload), the shape the report reads."""
+    runs = []
+    for w in workloads:
+        cs = [c for c in job_result["cases"].values() if c["workload"] == w]
+        if not cs:
+            continue
+        status = job_result["status"]
+        if status in ("ok", "timeout") and all(c["status"] == "n/a" for c in cs):
+            status = "n/a"
+        runs.append({
+            "lib": job_result["lib"], "tokenizer": job_result["tokenizer"], "workload": w,
+            "status": status, "reason": job_result.get("reason", "") if status != "n/a" else cs[0]["reason"],
+            "version": job_result.get("version"), "import_seconds": job_result.get("import_seconds"),
+            "prepare_seconds": job_result.get("prepare_seconds"), "vocab_size": job_result.get("vocab_size"),
+            "restarts": job_result.get("restarts", 0),
+            "job_timeouts": job_result.get("timeouts"),
+            "cases": cs,
+        })
+    return runs
 
 
 # ======================================================================================
@@ -406,18 +617,21 @@ def _machine() -> dict:
 
 
 def _tokenize(tokenizers: list[str], workloads: dict) -> dict:
-    """ids[tokenizer][workload][text_id] with canonical tokenization, no special tokens."""
+    """ids[tokenizer][(case key, text id)] with canonical tokenization, no special tokens."""
     from transformers import AutoTokenizer
 
     ids: dict = {}
     for name in tokenizers:
-        path = _tokenizer_path(name)
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(_tokenizer_path(name))
         ids[name] = {
-            w: {t.id: tok.encode(t.text, add_special_tokens=False) for t in wl.texts}
-            for w, wl in workloads.items()
+            (_key(w, c.id), t.id): tok.encode(t.text, add_special_tokens=False)
+            for w, wl in workloads.items() for c in wl.cases for t in c.texts
         }
     return ids
+
+
+def _key(workload: str, case_id: str) -> str:
+    return f"{workload}:{case_id}"
 
 
 def _tokenizer_path(name: str) -> str:
@@ -433,9 +647,9 @@ def _parse_args(argv):
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small sample (default)")
     mode.add_argument("--full", action="store_true", help="large sample, more compile repetitions")
-    ap.add_argument("--workloads", default="json,python")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--libs", default=None, help=f"default: {','.join(ALL_LIBS)} (gramgen with --check)")
-    ap.add_argument("--tokenizers", default="smollm2,llama3",
+    ap.add_argument("--tokenizers", default="smollm2,llama3,qwen2",
                     help="names under ../shared/tokenizers/ or tokenizer directories")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--check", type=float, metavar="RATIO", default=None,
@@ -443,17 +657,31 @@ def _parse_args(argv):
                     "exit 1 if new/old > RATIO (results go to <out>/check.tmp/)")
     ap.add_argument("--report-only", action="store_true", help="rebuild RESULTS.md + plots from results.json")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--reps", type=int, default=None, help="compile repetitions after the cold one")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="compile repetitions after the cold one (json/python workloads)")
+    ap.add_argument("--schemas-per-category", type=int, default=None,
+                    help="jsonschema workload sample size (default 1 quick, all full)")
     ap.add_argument("--compile-timeout", type=float, default=None)
+    ap.add_argument("--case-timeout", type=float, default=None,
+                    help="hard limit per case of a multi-case workload (one schema or grammar: "
+                    "compile + its texts), plus each text's budget; default 6 s quick, 30 s full")
     ap.add_argument("--text-budget", type=float, default=None,
                     help="seconds per text before the walk stops and the text counts as "
-                    "truncated (default 10 quick, 60 full); the worker is killed 45/120 s later")
+                    "truncated (default 2 quick, 60 full); the worker is killed 20/120 s later")
     ap.add_argument("--json-grammar", default=str(REPO / "grammars" / "json.lark"))
     ap.add_argument("--python-grammar", default=str(REPO / "grammars" / "python.lark"))
     ap.add_argument("--python-texts", default=str(REPO / "tests" / "data" / "python"))
     ap.add_argument("--llg-json", choices=["auto", "lark", "builtin"], default="auto",
                     help="llguidance's JSON grammar: the same Lark file as gramgen, its builtin "
                     "%%json, or auto (the Lark file if llguidance accepts it)")
+    ap.add_argument("--any-order", action="store_true",
+                    help="xgrammar: compile_json_schema(any_order=True) (object keys in any order)")
+    ap.add_argument("--all-tokenizers", action="store_true",
+                    help="quick mode: run every workload with every tokenizer (by default the "
+                    f"{', '.join(FIRST_TOKENIZER_ONLY)} workloads use only the first tokenizer)")
+    ap.add_argument("--no-fork", action="store_true",
+                    help="run each case of a multi-case workload in the worker itself instead of a "
+                    "forked child (a timeout then costs a worker restart)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -498,11 +726,13 @@ def main(argv=None) -> int:
         out_dir = out_dir / "check.tmp"
     full = bool(args.full)
     sizes = FULL if full else QUICK
+    if args.schemas_per_category is not None:
+        sizes = dataclasses.replace(sizes, schemas_per_category=args.schemas_per_category)
     libs = (args.libs or ("gramgen" if args.check is not None else ",".join(ALL_LIBS))).split(",")
     libs = [x.strip() for x in libs if x.strip()]
     tokenizers = [x.strip() for x in args.tokenizers.split(",") if x.strip()]
     reps = args.reps if args.reps is not None else (10 if full else 3)
-    limits = Limits(full, args.compile_timeout, args.text_budget)
+    limits = Limits(full, args.compile_timeout, args.text_budget, args.case_timeout)
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
@@ -516,30 +746,43 @@ def main(argv=None) -> int:
         except FileNotFoundError as e:
             skipped[w] = str(e)
             log(f"workload {w} skipped: {e}")
-    log(f"tokenizing {sum(len(w.texts) for w in workloads.values())} texts with {', '.join(tokenizers)}")
+    n_texts = sum(len(c.texts) for w in workloads.values() for c in w.cases)
+    log(f"tokenizing {n_texts} texts with {', '.join(tokenizers)}")
     ids = _tokenize(tokenizers, workloads)
 
+    def tokenizers_for(wname: str) -> list[str]:
+        if full or args.all_tokenizers or wname not in FIRST_TOKENIZER_ONLY:
+            return tokenizers
+        return tokenizers[:1]
+
     runs = []
+    options = {"llg_json": args.llg_json, "any_order": args.any_order}
     for tk in tokenizers:
-        for wname, wl in workloads.items():
-            for lib in libs:
-                log(f"[{tk} / {wname} / {lib}]")
-                job = {
-                    "lib": lib,
-                    "tokenizer": tk,
-                    "tokenizer_path": _tokenizer_path(tk),
-                    "workload": {"name": wname, "grammar_path": wl.grammar_path,
-                                 "grammar_text": wl.grammar_text, "start": wl.start},
-                    "texts": [{"id": t.id, "ids": ids[tk][wname][t.id]} for t in wl.texts],
-                    "reps": reps,
-                    "text_budget_s": limits.text_budget,
-                    "options": {"llg_json": args.llg_json},
-                }
-                t0 = time.time()
+        for lib in libs:
+            log(f"[{tk} / {lib}]")
+            cases = []
+            for wname, wl in workloads.items():
+                if tk not in tokenizers_for(wname):
+                    continue
+                for c in wl.cases:
+                    key = _key(wname, c.id)
+                    cases.append(dict(c.to_job(), key=key, workload=wname,
+                                      reps=reps if wl.reps else 0,
+                                      texts=[{"id": t.id, "ids": ids[tk][(key, t.id)], "expect": t.expect}
+                                             for t in c.texts]))
+            job = {"lib": lib, "tokenizer": tk, "tokenizer_path": _tokenizer_path(tk),
+                   "cases": cases, "text_budget_s": limits.text_budget, "options": options,
+                   "case_limit_s": limits.case, "fork": not args.no_fork}
+            t0 = time.time()
+            kinds = getattr(ADAPTERS.get(lib), "kinds", None)
+            if kinds is not None and not any(c["kind"] in kinds for c in cases):
+                r = not_applicable(job)
+            else:
                 r = run_job(job, limits, log)
-                r["wall_seconds"] = time.time() - t0
-                log("      " + report.one_line(r))
-                runs.append(r)
+            for run in split_runs(r, list(workloads)):
+                run["wall_seconds"] = time.time() - t0
+                log(f"      {run['workload']}: " + report.one_line(run))
+                runs.append(run)
 
     results = {
         "meta": {
@@ -557,10 +800,11 @@ def main(argv=None) -> int:
             "llguidance single-matcher calls (no LLExecutor); RAYON/OMP_NUM_THREADS=1",
             "wall_seconds": time.time() - started,
             "skipped_workloads": skipped,
+            "tokenizers_per_workload": {w: tokenizers_for(w) for w in workloads},
+            "json_schema_policy": _policies(libs, options),
         },
         "workloads": {w: wl.describe() for w, wl in workloads.items()},
-        "token_counts": {tk: {w: {i: len(v) for i, v in d.items()} for w, d in per.items()}
-                         for tk, per in ids.items()},
+        "token_counts": {tk: {f"{k[0]}#{k[1]}": len(v) for k, v in per.items()} for tk, per in ids.items()},
         "runs": runs,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -575,11 +819,22 @@ def main(argv=None) -> int:
     return 0
 
 
+def _policies(libs, options) -> dict:
+    from .adapters import ADAPTERS
+
+    out = {}
+    for lib in libs:
+        if lib in ADAPTERS:
+            out[lib] = ADAPTERS[lib](options).json_schema_policy
+    return out
+
+
 def _versions(libs) -> dict:
     import importlib.metadata as md
 
     v = {}
-    for d in ["xgrammar", "llguidance", "transformers", "tokenizers", "numpy"]:
+    for d in ["xgrammar", "llguidance", "outlines_core", "transformers-cfg", "transformers",
+              "tokenizers", "numpy", "jsonschema"]:
         try:
             v[d] = md.version(d)
         except md.PackageNotFoundError:

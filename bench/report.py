@@ -1,4 +1,4 @@
-"""results.json -> RESULTS.md, latency CDF plots, and the --check comparison."""
+"""results.json -> RESULTS.md, plots (latency CDFs, compile time vs schema size), --check."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ from pathlib import Path
 
 import numpy as np
 
-PEERS = ("xgrammar", "llguidance")
 GRAMGEN = "gramgen"
+RAN = ("ok", "timeout")  # run statuses whose figures are shown
 
 
 # --------------------------------------------------------------------------------------
 # statistics
 # --------------------------------------------------------------------------------------
-def _pct(values, qs=(50, 90, 99)) -> dict:
-    if not values:
+def pct(values, qs=(50, 90, 99)) -> dict:
+    """p50/p90/p99/max/n of a list of numbers ({} when empty)."""
+    if not len(values):
         return {}
     a = np.asarray(values, dtype=np.float64)
     d = {f"p{q}": float(np.percentile(a, q)) for q in qs}
@@ -23,71 +24,123 @@ def _pct(values, qs=(50, 90, 99)) -> dict:
     return d
 
 
+def cases(run: dict) -> list[dict]:
+    """The run's cases; results.json files written before cases existed had one implicit case."""
+    if "cases" in run:
+        return run["cases"]
+    return [{"id": run.get("workload"), "status": run.get("status"), "compile": run.get("compile", {}),
+             "texts": run.get("texts", []), "timeouts": run.get("timeouts", {})}]
+
+
+def texts(run: dict) -> list[dict]:
+    return [t for c in cases(run) for t in c.get("texts", [])]
+
+
 def mask_latencies(run: dict) -> list[int]:
-    return [x for t in run.get("texts", []) for x in t.get("mask_ns", [])]
-
-
-def summarize(run: dict) -> dict:
-    texts = run.get("texts", [])
-    mask = mask_latencies(run)
-    adv = [x for t in texts for x in t.get("advance_ns", [])]
-    comp = run.get("compile", {})
-    s = {
-        "status": run.get("status"),
-        "prepare_s": run.get("prepare_seconds"),
-        "compile_cold_s": comp["seconds"][0] if comp.get("seconds") else None,
-        "compile_s": _pct(comp.get("seconds", [])),
-        "mask_us": {k: (v / 1e3 if k != "n" else v) for k, v in _pct(mask).items()},
-        "advance_p50_us": float(np.median(adv)) / 1e3 if adv else None,
-        "first_mask_us": texts[0]["mask_ns"][0] / 1e3 if texts and texts[0].get("mask_ns") else None,
-        "n_texts": len(texts),
-        "n_accepted": sum(1 for t in texts if t.get("accepted")),
-        "n_truncated": sum(1 for t in texts if t.get("truncated")),
-        "n_inconsistent": sum(t.get("n_inconsistent", 0) for t in texts),
-        "tracemalloc_mb": _mb(comp.get("tracemalloc_peak_bytes")),
-        "rss_delta_mb": _mb(comp.get("rss_delta_bytes")),
-        "compiled_mb": _mb(comp.get("compiled_bytes")),
-        "timeouts": sum(run.get("timeouts", {}).values()),
-    }
-    return s
+    return [x for t in texts(run) for x in t.get("mask_ns", [])]
 
 
 def _mb(b):
     return None if b is None else b / 2**20
 
 
+def _rate(num: int, den: int):
+    return None if den == 0 else 100.0 * num / den
+
+
+def summarize(run: dict) -> dict:
+    cs = cases(run)
+    applicable = [c for c in cs if c.get("status") not in ("n/a", "not_run")]
+    compiled = [c for c in applicable if c.get("compile", {}).get("seconds")]
+    comp_s = [x for c in compiled for x in c["compile"]["seconds"]]
+    rss = [c["compile"]["rss_delta_bytes"] for c in compiled if c["compile"].get("rss_delta_bytes") is not None]
+    ts = texts(run)
+    valid = [t for t in ts if t.get("expect") is not False]
+    invalid = [t for t in ts if t.get("expect") is False]
+    adv = [x for t in ts for x in t.get("advance_ns", [])]
+    first = next((t for t in valid if t.get("mask_ns")), None)
+    n_to = sum(sum((c.get("timeouts") or {}).values()) for c in cs)
+    n_to += sum((run.get("job_timeouts") or {}).values()) if run.get("job_timeouts") else 0
+    tm = [c["compile"].get("tracemalloc_peak_bytes") for c in compiled
+          if c["compile"].get("tracemalloc_peak_bytes") is not None]
+    return {
+        "status": run.get("status"),
+        "prepare_s": run.get("prepare_seconds"),
+        "n_cases": len(applicable),
+        "n_compiled": len(compiled),
+        "n_compile_failed": sum(1 for c in applicable if c.get("status") == "compile_error"),
+        "n_case_timeouts": sum(1 for c in applicable if c.get("status") == "timeout"),
+        "n_case_errors": sum(1 for c in applicable if c.get("status") == "error"),
+        "compile_success_pct": _rate(len(compiled), len(applicable)),
+        "compile_cold_s": compiled[0]["compile"]["seconds"][0] if len(cs) == 1 and compiled else None,
+        "compile_s": pct(comp_s),
+        "mask_us": {k: (v / 1e3 if k != "n" else v) for k, v in pct(mask_latencies(run)).items()},
+        "advance_p50_us": float(np.median(adv)) / 1e3 if adv else None,
+        "first_mask_us": first["mask_ns"][0] / 1e3 if first else None,
+        "n_texts": len(ts),
+        "n_valid": len(valid),
+        "n_valid_accepted": sum(1 for t in valid if t.get("accepted")),
+        "n_invalid": len(invalid),
+        "n_invalid_rejected": sum(1 for t in invalid if _decided_reject(t)),
+        # rates over the texts whose walk finished (not cut at the budget, not timed out)
+        "valid_accepted_pct": _rate(sum(1 for t in valid if t.get("accepted")),
+                                    sum(1 for t in valid if _finished(t))),
+        "invalid_rejected_pct": _rate(sum(1 for t in invalid if _decided_reject(t)),
+                                      sum(1 for t in invalid if _finished(t))),
+        # kept for the one-line log and the older table layout
+        "n_accepted": sum(1 for t in valid if t.get("accepted")),
+        "n_truncated": sum(1 for t in ts if t.get("truncated") or t.get("timeout")),
+        "n_inconsistent": sum(t.get("n_inconsistent", 0) for t in ts),
+        "tracemalloc_mb": _mb(max(tm)) if tm else None,
+        "rss_delta_mb": _mb(max(rss)) if rss else None,
+        "rss_delta_p50_mb": _mb(float(np.median(rss))) if rss else None,
+        "timeouts": n_to,
+    }
+
+
+def _finished(t: dict) -> bool:
+    return not t.get("truncated") and not t.get("timeout")
+
+
+def _decided_reject(t: dict) -> bool:
+    return not t.get("accepted") and _finished(t)
+
+
 def one_line(run: dict) -> str:
     s = summarize(run)
-    if s["status"] not in ("ok", "timeout"):
-        return f"{s['status']}: {run.get('reason', '')[:200]}"
-    m = s["mask_us"]
+    if s["status"] not in RAN:
+        return f"{s['status']}: {str(run.get('reason', ''))[:200]}"
     parts = [s["status"]]
     if s["prepare_s"] is not None:
         parts.append(f"prep {s['prepare_s']:.2f}s")
-    if s["compile_cold_s"] is not None:
-        parts.append(f"compile {s['compile_cold_s'] * 1e3:.1f}ms cold, p50 {s['compile_s']['p50'] * 1e3:.1f}ms")
+    parts.append(f"compiled {s['n_compiled']}/{s['n_cases']}")
+    if s["compile_s"]:
+        parts.append(f"compile p50 {s['compile_s']['p50'] * 1e3:.1f}ms")
+    m = s["mask_us"]
     if m:
         parts.append(f"mask p50 {m['p50']:.1f}us p99 {m['p99']:.1f}us over {m['n']} steps")
-    parts.append(f"accepted {s['n_accepted']}/{s['n_texts']}")
+    parts.append(f"valid accepted {s['n_valid_accepted']}/{s['n_valid']}")
+    if s["n_invalid"]:
+        parts.append(f"invalid rejected {s['n_invalid_rejected']}/{s['n_invalid']}")
     if s["n_truncated"]:
-        parts.append(f"{s['n_truncated']} texts cut at the time budget")
+        parts.append(f"{s['n_truncated']} texts cut")
     if s["timeouts"]:
         parts.append(f"{s['timeouts']} timeouts")
     return ", ".join(parts)
 
 
 # --------------------------------------------------------------------------------------
-# markdown
+# formatting
 # --------------------------------------------------------------------------------------
 def _f(x, fmt="{:.1f}"):
     return "—" if x is None else fmt.format(x)
 
 
-def _dur(x, unit):
-    """Human-readable duration from a value in `unit` ('ms' or 'µs')."""
+def dur(x, unit):
+    """Human-readable duration from a value in `unit` ('s', 'ms' or 'µs')."""
     if x is None:
         return "—"
-    us = x * 1e3 if unit == "ms" else x
+    us = x * {"s": 1e6, "ms": 1e3, "µs": 1.0}[unit]
     if us < 1e3:
         return f"{us:.1f} µs"
     if us < 1e6:
@@ -95,30 +148,52 @@ def _dur(x, unit):
     return f"{us / 1e6:.2f} s"
 
 
-def _ratio(g, p):
+def ratio(g, p):
+    """gramgen / peer as text ('—' when either is missing or the peer is 0)."""
     if g is None or p is None or p <= 0:
         return "—"
     return f"{g / p:.2f}×"
 
 
-def _best_peer(sums: dict, getter):
+def best_peer(sums: dict, getter, higher_is_better: bool = False):
+    """(library, value) of the best peer by `getter` (lowest, or highest for rates)."""
     best = None
-    for lib in sums:
-        if lib == GRAMGEN:
+    for lib, s in sums.items():
+        if lib == GRAMGEN or s["status"] not in RAN:
             continue
-        v = getter(sums[lib])
-        if v is not None and (best is None or v < best[1]):
+        v = getter(s)
+        if v is None:
+            continue
+        if best is None or (v > best[1] if higher_is_better else v < best[1]):
             best = (lib, v)
     return best
 
 
-def _getters():
-    return {
-        "compile cold": lambda s: s["compile_cold_s"] and s["compile_cold_s"] * 1e3,
-        "compile p50": lambda s: s["compile_s"].get("p50") and s["compile_s"]["p50"] * 1e3,
-        "mask p50": lambda s: s["mask_us"].get("p50"),
-        "mask p99": lambda s: s["mask_us"].get("p99"),
-    }
+def _ms(q):
+    return lambda s: s["compile_s"].get(q) * 1e3 if s["compile_s"].get(q) is not None else None
+
+
+def _us(q):
+    return lambda s: s["mask_us"].get(q)
+
+
+# (title, getter, unit or "%", higher is better)
+SUMMARY = [
+    ("tok. prep", lambda s: s["prepare_s"], "s", False),
+    ("compile p50", _ms("p50"), "ms", False),
+    ("compile p99", _ms("p99"), "ms", False),
+    ("mask p50", _us("p50"), "µs", False),
+    ("mask p99", _us("p99"), "µs", False),
+    ("compiled", lambda s: s["compile_success_pct"], "%", True),
+    ("valid accepted", lambda s: s["valid_accepted_pct"], "%", True),
+    ("invalid rejected", lambda s: s["invalid_rejected_pct"], "%", True),
+]
+
+
+def _cell(v, unit):
+    if unit == "%":
+        return "—" if v is None else f"{v:.0f}%"
+    return dur(v, unit)
 
 
 def _groups(results):
@@ -129,43 +204,82 @@ def _groups(results):
     return g
 
 
-def _accepted_cell(s: dict) -> str:
-    txt = f"{s['n_accepted']}/{s['n_texts']}"
-    if s["n_truncated"]:
-        txt += f" ({s['n_truncated']} cut)"
-    return txt
+def _clean(s: str) -> str:
+    return " ".join(str(s).split()).replace("|", "/")
 
 
-def _decided(verdict: str) -> bool:
-    return verdict == "accept" or verdict.startswith("reject") or verdict == "not accepting at end"
-
-
-def _verdict(t: dict | None, run: dict | None) -> str:
+# --------------------------------------------------------------------------------------
+# verdicts and disagreements
+# --------------------------------------------------------------------------------------
+def verdict(t: dict | None, case: dict | None, run: dict | None) -> str:
     if run is None:
         return "not run"
-    if run.get("status") in ("unsupported", "error"):
-        return run["status"]
+    if run.get("status") not in RAN:
+        return run.get("status", "?")
+    if case is None:
+        return "not run"
+    if case.get("status") == "n/a":
+        return "n/a"
+    if case.get("status") == "compile_error":
+        return "compile failed"
+    if case.get("status") in ("timeout", "error", "not_run") and t is None:
+        return f"case {case['status']}"
     if t is None:
         return "not reached"
     if t.get("timeout"):
-        return "timeout (worker killed)"
+        return "timeout"
     if t.get("truncated"):
-        return f"unknown: time budget spent after {t['steps']}/{t['n_tokens']} tokens"
+        return f"cut after {t['steps']}/{t['n_tokens']} tokens"
     if t.get("accepted"):
         return "accept"
     if t.get("rejected_at") is not None:
-        tok = t.get("rejected_token", "")
-        return f"reject @token {t['rejected_at']} ({tok!r})"
-    return "not accepting at end"
+        return f"reject @{t['rejected_at']} {t.get('rejected_token', '')!r}"
+    return "reject (not accepting at end)"
 
 
+def _decision(v: str):
+    """True accept, False reject, None undecided."""
+    if v == "accept":
+        return True
+    if v.startswith("reject"):
+        return False
+    return None
+
+
+def disagreements(results: dict, w: str, tk: str, runs: dict) -> list[dict]:
+    """Texts where the libraries' decided verdicts differ, or a library's verdict differs
+    from the text's label (valid / invalid)."""
+    libs = list(runs)
+    idx = {lib: {c["id"]: (c, {t["id"]: t for t in c.get("texts", [])}) for c in cases(r)}
+           for lib, r in runs.items()}
+    rows = []
+    for cmeta in results["workloads"].get(w, {}).get("cases", []):
+        for tmeta in cmeta.get("texts", []):
+            vs = {}
+            for lib in libs:
+                c, tmap = idx[lib].get(cmeta["id"], (None, {}))
+                vs[lib] = verdict(tmap.get(tmeta["id"]), c, runs[lib])
+            dec = {lib: _decision(v) for lib, v in vs.items()}
+            decided = {lib: d for lib, d in dec.items() if d is not None}
+            expect = tmeta.get("expect")  # None: an unlabeled sample, only inter-library differences
+            want = tmeta.get("jsonschema_valid") if tmeta.get("jsonschema_valid") is not None else expect
+            if len(set(decided.values())) > 1 or (want is not None and any(d != want for d in decided.values())):
+                rows.append({"case": cmeta["id"], "text": tmeta["id"], "expect": expect,
+                             "jsonschema": tmeta.get("jsonschema_valid"), "verdicts": vs,
+                             "agree": None if want is None else [lib for lib, d in decided.items() if d == want]})
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# markdown
+# --------------------------------------------------------------------------------------
 def markdown(results: dict) -> str:
     meta = results["meta"]
     mach = meta["machine"]
     L: list[str] = []
-    L.append("# gramgen vs peers: grammar-constrained mask benchmark\n")
+    L.append("# gramgen vs peers: grammar-constrained decoding benchmark\n")
     L.append(f"- Command: `{meta['command'].strip()}` (mode: {meta['mode']}, seed {meta['seed']}, "
-             f"{meta['compile_reps']} compile repetitions after the cold one)")
+             f"{meta['compile_reps']} compile repetitions after the cold one for json/python)")
     L.append(f"- Date: {meta['date']}; wall time {meta['wall_seconds']:.0f} s")
     L.append(f"- Machine: {mach['cpu']}, {mach['usable_cores']} usable cores "
              f"({mach['logical_cores']} logical), {_f(_mb(mach.get('memory_bytes')), '{:.0f}')} MiB RAM, "
@@ -174,214 +288,240 @@ def markdown(results: dict) -> str:
              f"{', '.join(f'{x:.2f}' for x in meta.get('loadavg_end', []))}")
     L.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
     L.append(f"- Threads: {meta['threads']}")
-    if meta.get("skipped_workloads"):
-        for w, why in meta["skipped_workloads"].items():
-            L.append(f"- Workload `{w}` skipped: {why}")
+    lim = meta.get("limits_seconds", {})
+    if lim:
+        L.append("- Time limits (s): " + ", ".join(f"{k} {v:g}" for k, v in lim.items()))
+    for w, why in (meta.get("skipped_workloads") or {}).items():
+        L.append(f"- Workload `{w}` skipped: {why}")
     L.append("")
-    L.append("Mask latency = one call that computes the full-vocabulary next-token bitmask "
-             "(int32, ceil(V/32) words), timed with `time.perf_counter_ns` at every token of "
-             "every text; compile = grammar text to ready-to-match object (tokenizer "
-             "preprocessing excluded and shown separately). See `bench/README.md`.\n")
+    L.append("Mask latency = one call that computes the full-vocabulary next-token mask "
+             "(int32 bitmask of ceil(V/32) words; transformers-cfg: its boolean vector), timed "
+             "with `time.perf_counter_ns` at every token of every valid text; compile = grammar "
+             "or schema text to ready-to-match object (tokenizer preprocessing excluded and shown "
+             "separately); percentages count texts whose walk finished. See `bench/README.md`.\n")
 
     groups = _groups(results)
-    getters = _getters()
+    runs_all = results["runs"]
+    missing = sorted({(r["lib"], r.get("reason", "")) for r in runs_all if r["status"] == "missing"})
+    for lib, why in missing:
+        L.append(f"- **{lib} not run**: {_clean(why)}")
+    if missing:
+        L.append("")
 
     # ---- summary -------------------------------------------------------------------
     L.append("## Summary: gramgen / best peer\n")
-    L.append("Ratio < 1 means gramgen is faster. Best peer = the fastest of the peers that ran. "
-             "† = some texts were cut at the time budget, so that library's latencies cover "
-             "only the prefixes it reached: compare with care.\n")
-    L.append("| workload | tokenizer | " + " | ".join(
-        f"{k} gramgen | {k} best peer | {k} ratio" for k in getters) + " | accepted (gramgen) |")
-    L.append("|---|---|" + "---|---|---|" * len(getters) + "---|")
+    L.append("Each cell: gramgen, best peer (which), ratio gramgen / best peer. Times: lower is "
+             "better, ratio < 1 = gramgen faster. Rates (compiled, valid accepted, invalid "
+             "rejected): higher is better, ratio < 1 = gramgen lower. Best peer = the best of the "
+             "peers that ran the workload. † = some texts were cut at the time budget or timed "
+             "out: latencies cover only what was reached.\n")
+    L.append("| workload | tokenizer | " + " | ".join(t for t, *_ in SUMMARY) + " |")
+    L.append("|---|---|" + "---|" * len(SUMMARY))
     for (w, tk), runs in groups.items():
         sums = {lib: summarize(r) for lib, r in runs.items()}
-        row = [w, tk]
         gs = sums.get(GRAMGEN)
-        def cut(lib):
-            return "†" if sums[lib]["n_truncated"] or sums[lib]["timeouts"] else ""
-
-        for k, get in getters.items():
-            unit = "ms" if k.startswith("compile") else "µs"
-            gv = get(gs) if gs and gs["status"] in ("ok", "timeout") else None
-            bp = _best_peer({lib: s for lib, s in sums.items() if s["status"] in ("ok", "timeout")}, get)
-            mark = (lambda lib: cut(lib)) if k.startswith("mask") else (lambda lib: "")
-            row += [_dur(gv, unit) + (mark(GRAMGEN) if gv is not None else ""),
-                    f"{_dur(bp[1], unit)}{mark(bp[0])} ({bp[0]})" if bp else "—",
-                    _ratio(gv, bp[1] if bp else None)]
-        row.append(_accepted_cell(gs) if gs else "not run")
+        row = [w, tk]
+        for title, get, unit, hib in SUMMARY:
+            gv = get(gs) if gs and gs["status"] in RAN else None
+            bp = best_peer(sums, get, hib)
+            mark = ""
+            if title.startswith("mask") and gs and gs["n_truncated"]:
+                mark = "†"
+            txt = _cell(gv, unit) + mark
+            if gv is None and bp is None:
+                txt = "—"
+            elif bp:
+                pm = "†" if title.startswith("mask") and sums[bp[0]]["n_truncated"] else ""
+                txt += f" · {_cell(bp[1], unit)}{pm} ({bp[0]}) · **{ratio(gv, bp[1])}**"
+            else:
+                txt += " · no peer"
+            row.append(txt)
         L.append("| " + " | ".join(row) + " |")
     L.append("")
 
-    # ---- grammars ------------------------------------------------------------------
+    # ---- grammars / policies -------------------------------------------------------------
+    pol = meta.get("json_schema_policy") or {}
+    if pol and "jsonschema" in results["workloads"]:
+        L.append("## JSON Schema policy per library\n")
+        L.append("Instances: " + "; ".join(results["workloads"]["jsonschema"]["notes"]) + "\n")
+        L.append("| library | compiles each schema with |")
+        L.append("|---|---|")
+        for lib, p in pol.items():
+            L.append(f"| {lib} | {_clean(p)} |")
+        L.append("")
     L.append("## What each library ran\n")
-    L.append("| workload | library | grammar | status |")
-    L.append("|---|---|---|---|")
-    seen = set()
-    for r in results["runs"]:
-        key = (r["workload"], r["lib"], r.get("grammar"), r["status"], r.get("reason"))
-        if key in seen:
-            continue
-        seen.add(key)
-        st = r["status"] + (f": {r['reason']}" if r.get("reason") else "")
-        st = " ".join(st.split())
-        L.append(f"| {r['workload']} | {r['lib']} | {' '.join(r.get('grammar', '—').split()).replace('|', '/')} | "
-                 f"{st.replace('|', '/')} |")
+    L.append("Single-grammar workloads: the grammar each library ran. Multi-case workloads: "
+             "how many cases compiled, failed to compile, timed out, or were not applicable, "
+             "and the first failure messages.\n")
+    L.append("| workload | library | tokenizer | grammar / cases | status |")
+    L.append("|---|---|---|---|---|")
+    for (w, tk), runs in groups.items():
+        for lib, r in runs.items():
+            cs = cases(r)
+            if r["status"] not in RAN:
+                L.append(f"| {w} | {lib} | {tk} | — | {r['status']}: {_clean(r.get('reason', ''))[:300]} |")
+                continue
+            if len(cs) == 1:
+                c = cs[0]
+                st = c.get("status", "") + (f": {c['reason']}" if c.get("reason") else "")
+                L.append(f"| {w} | {lib} | {tk} | {_clean(c.get('grammar') or '—')} | {_clean(st)[:400]} |")
+            else:
+                from collections import Counter
+
+                cnt = Counter(c.get("status") for c in cs)
+                fails = [f"`{c['id']}`: {_clean(c.get('reason', ''))[:160]}" for c in cs
+                         if c.get("status") in ("compile_error", "timeout", "error")][:4]
+                L.append(f"| {w} | {lib} | {tk} | " + ", ".join(f"{k} {v}" for k, v in sorted(cnt.items()))
+                         + f" | {'; '.join(fails) or '—'} |")
     L.append("")
     for w, d in results["workloads"].items():
-        L.append(f"- `{w}` texts: {d['n_texts']} from `{d['source']}`; " + "; ".join(d["notes"]))
+        L.append(f"- `{w}`: {d.get('n_cases', 1)} case(s), {d['n_texts']} texts from `{d['source']}`; "
+                 + "; ".join(d["notes"]))
     L.append("")
 
     # ---- details -------------------------------------------------------------------
     L.append("## Details per workload and tokenizer\n")
-    L.append("Times: tokenizer preprocessing in s; compile in ms (cold = first compile in a fresh "
-             "process; p50/p90/p99/max over the cold one and the repetitions); mask latency in µs "
-             "over all steps of all texts; first mask = the very first mask after compile. "
-             "In the gramgen row, (r×) = gramgen / best peer. Memory of one compile: "
-             "tracemalloc peak (Python-side allocations only) and RSS peak minus RSS before "
-             "(includes native allocations).\n")
+    L.append("Tokenizer preprocessing in s; compile in ms (json/python: the first compile in a "
+             "fresh process and the repetitions; multi-case workloads: one compile per case); "
+             "compile memory = RSS peak minus RSS before, max over cases (includes native "
+             "allocations); mask latency in µs over all steps of all valid texts. In the gramgen "
+             "row, (r×) = gramgen / best peer. Valid / invalid: texts accepted / rejected among "
+             "those walked (texts of cases that compiled).\n")
     for (w, tk), runs in groups.items():
         sums = {lib: summarize(r) for lib, r in runs.items()}
-        ok_sums = {lib: s for lib, s in sums.items() if s["status"] in ("ok", "timeout")}
         L.append(f"### {w} × {tk}\n")
         L.append(f"![mask latency CDF](mask_latency_cdf_{w}_{tk}.png)\n")
-        L.append("| library | status | tok. prep s | compile cold ms | compile p50 | p90 | p99 | max ms "
-                 "| mask p50 | p90 | p99 | max µs | first mask µs | advance p50 µs | steps "
-                 "| accepted | mask≠advance | tracemalloc MB | RSS Δ MB | timeouts |")
-        L.append("|" + "---|" * 20)
+        L.append("| library | tok. prep s | compiled | compile p50 | p90 | p99 | max ms | mask p50 | p90 "
+                 "| p99 | max µs | first mask µs | advance p50 µs | steps | valid accepted "
+                 "| invalid rejected | mask≠advance | RSS Δ MB | timeouts |")
+        L.append("|" + "---|" * 19)
         for lib, s in sums.items():
-            if s["status"] not in ("ok", "timeout"):
-                L.append(f"| {lib} | {s['status']} |" + " — |" * 18)
+            if s["status"] not in RAN:
+                L.append(f"| {lib} | {s['status']} |" + " — |" * 17)
+                continue
+            if s["n_cases"] == 0:
+                L.append(f"| {lib} | n/a |" + " — |" * 17)
                 continue
             cs, ms = s["compile_s"], s["mask_us"]
 
-            def cell(v, get=None, scale=1.0):
+            def cell(v, get=None, scale=1.0, hib=False):
                 txt = _f(None if v is None else v * scale)
                 if lib == GRAMGEN and get is not None and v is not None:
-                    bp = _best_peer(ok_sums, get)
+                    bp = best_peer(sums, get, hib)
                     if bp:
-                        txt += f" ({_ratio(v * scale, bp[1])})"
+                        txt += f" ({ratio(v * scale, bp[1])})"
                 return txt
 
-            def cget(q):
-                return lambda x: x["compile_s"].get(q) and x["compile_s"][q] * 1e3
-
-            def mget(q):
-                return lambda x: x["mask_us"].get(q)
-
             L.append("| " + " | ".join([
-                lib, s["status"], _f(s["prepare_s"], "{:.2f}"),
-                cell(s["compile_cold_s"], lambda x: x["compile_cold_s"] and x["compile_cold_s"] * 1e3, 1e3),
-                *[cell(cs.get(q), cget(q), 1e3) for q in ("p50", "p90", "p99", "max")],
-                *[cell(ms.get(q), mget(q)) for q in ("p50", "p90", "p99", "max")],
+                lib, _f(s["prepare_s"], "{:.2f}"),
+                f"{s['n_compiled']}/{s['n_cases']}",
+                *[cell(cs.get(q), _ms(q), 1e3) for q in ("p50", "p90", "p99", "max")],
+                *[cell(ms.get(q), _us(q)) for q in ("p50", "p90", "p99", "max")],
                 cell(s["first_mask_us"], lambda x: x["first_mask_us"]),
                 _f(s["advance_p50_us"]),
                 str(ms.get("n", 0)),
-                _accepted_cell(s),
+                f"{s['n_valid_accepted']}/{s['n_valid']}" + (f" ({s['n_truncated']} cut)" if s["n_truncated"] else ""),
+                f"{s['n_invalid_rejected']}/{s['n_invalid']}" if s["n_invalid"] else "—",
                 str(s["n_inconsistent"]),
-                _f(s["tracemalloc_mb"], "{:.2f}"),
                 _f(s["rss_delta_mb"], "{:.1f}"),
                 str(s["timeouts"]),
             ]) + " |")
         L.append("")
+        if w == "jsonschema":
+            L.append(f"![compile time vs schema size](compile_vs_size_{w}_{tk}.png)\n")
 
     # ---- disagreements -------------------------------------------------------------
     L.append("## Disagreements on acceptance\n")
-    L.append("Texts that some library rejected (all texts are valid JSON / Python, so a "
-             "rejection is either a grammar difference or a bug). Texts a library did not "
-             "finish (time budget, timeout) count as undecided and are listed only when "
-             "another library rejected them.\n")
+    L.append("Texts where the libraries' verdicts differ, or where a library's verdict differs "
+             "from the text's label: json/python texts are valid by construction; JSONSchemaBench "
+             "instances carry the dataset's valid/invalid label and *jsonschema* = the `jsonschema` "
+             "package's verdict on the instance; Lark sample texts are labeled by lark itself "
+             "where it can build the grammar; GBNF samples are unlabeled (*sample*: only "
+             "differences between libraries count). *agrees* = the libraries whose decided verdict "
+             "matches jsonschema, else the label. Each row is a grammar difference, a peer bug, or "
+             "ours. Undecided verdicts (compile failed, cut, timeout) do not count as disagreeing.\n")
     any_dis = False
     for (w, tk), runs in groups.items():
-        libs = list(runs)
-        by_id = {lib: {t["id"]: t for t in r.get("texts", [])} for lib, r in runs.items()}
-        ran = [lib for lib in libs if runs[lib]["status"] in ("ok", "timeout")]
-        ids = results["workloads"].get(w, {}).get("texts", [])
-        rows = []
-        for tmeta in ids:
-            tid = tmeta["id"]
-            verdicts = {lib: _verdict(by_id[lib].get(tid), runs[lib]) for lib in libs}
-            decided = [verdicts[lib] == "accept" for lib in ran if _decided(verdicts[lib])]
-            if decided and not all(decided):  # someone rejected a valid text
-                rows.append((tid, verdicts))
-        if rows:
-            any_dis = True
-            L.append(f"### {w} × {tk}\n")
-            L.append("| text | " + " | ".join(libs) + " |")
-            L.append("|---|" + "---|" * len(libs))
-            for tid, v in rows:
-                L.append(f"| `{tid}` | " + " | ".join(v[lib].replace("|", "/") for lib in libs) + " |")
-            L.append("")
-            ctx = []
-            for lib in libs:
-                for tid, _ in rows:
-                    t = by_id[lib].get(tid)
-                    if t and t.get("rejected_context"):
-                        ctx.append(f"- {lib} on `{tid}`: rejected at …`{t['rejected_context']!r}`")
-            L.extend(ctx)
-            L.append("")
+        rows = disagreements(results, w, tk, runs)
+        if not rows:
+            continue
+        any_dis = True
+        libs = [lib for lib, r in runs.items() if r["status"] != "n/a"]
+        L.append(f"### {w} × {tk} ({len(rows)} texts)\n")
+        L.append("| case | text | label | jsonschema | " + " | ".join(libs) + " | agrees |")
+        L.append("|---|---|---|---|" + "---|" * len(libs) + "---|")
+        for row in rows[:150]:
+            lab = {None: "sample", True: "valid", False: "invalid"}[row["expect"]]
+            js = {None: "—", True: "valid", False: "invalid"}[row["jsonschema"]]
+            tid = row["text"][len(row["case"]):] if row["text"].startswith(row["case"] + "#") else row["text"]
+            L.append(f"| `{_clean(row['case'])}` | `{_clean(tid)}` | {lab} | {js} | "
+                     + " | ".join(_clean(row["verdicts"][lib]) for lib in libs)
+                     + f" | {'—' if row['agree'] is None else ', '.join(row['agree']) or 'none'} |")
+        if len(rows) > 150:
+            L.append(f"\n… {len(rows) - 150} more in results.json")
+        L.append("")
     if not any_dis:
-        L.append("None: no library rejected a text.\n")
+        L.append("None.\n")
 
     # ---- mask agreement -------------------------------------------------------------
     L.append("## Mask agreement\n")
     L.append("Number of allowed tokens in each mask, compared step by step between gramgen and "
              "each peer on the texts and steps both walked. Exact masks for the same language "
-             "have equal counts; a difference means the grammars differ (e.g. xgrammar's builtin "
-             "JSON) or one library's mask is wrong. Allowed counts include EOS where a library "
-             "allows it.\n")
-    L.append("| workload | tokenizer | peer | grammar vs gramgen's | steps compared | steps differing "
-             "| first difference (text, step: gramgen vs peer) |")
-    L.append("|---|---|---|---|---|---|---|")
+             "have equal counts; a difference means the grammars differ (different JSON grammar, "
+             "a peer's Lark/GBNF conversion, a schema policy) or one library's mask is wrong. "
+             "Counts include EOS where a library allows it.\n")
+    L.append("| workload | tokenizer | peer | steps compared | steps differing | first difference "
+             "(case / text, step: gramgen vs peer) |")
+    L.append("|---|---|---|---|---|---|")
     n_rows = 0
     for (w, tk), runs in groups.items():
         g = runs.get(GRAMGEN)
-        if not g or g["status"] not in ("ok", "timeout"):
+        if not g or g["status"] not in RAN:
             continue
-        gt = {t["id"]: t for t in g.get("texts", [])}
+        gt = {(c["id"], t["id"]): t for c in cases(g) for t in c.get("texts", [])}
         for lib, r in runs.items():
-            if lib == GRAMGEN or r["status"] not in ("ok", "timeout"):
+            if lib == GRAMGEN or r["status"] not in RAN:
                 continue
-            same_file = r.get("grammar", "").split(" ")[0] == g.get("grammar", "").split(" ")[0]
-            if r.get("grammar_kind") != "lark" or not same_file:
-                same = "no: different grammar"
-            elif "expanded" in r.get("grammar", ""):
-                same = "same language (template-expanded text)"
-            else:
-                same = "same file"
             compared = differ = 0
             first = ""
-            for t in r.get("texts", []):
-                a, b = gt.get(t["id"], {}).get("allowed_counts"), t.get("allowed_counts")
-                if not a or not b:
-                    continue
-                for i, (x, y) in enumerate(zip(a, b)):
-                    compared += 1
-                    if x != y:
-                        differ += 1
-                        if not first:
-                            first = f"`{t['id']}`, step {i}: {x} vs {y}"
-            L.append(f"| {w} | {tk} | {lib} | {same} | {compared} | {differ} | {first or '—'} |")
-            n_rows += 1
+            for c in cases(r):
+                for t in c.get("texts", []):
+                    a = gt.get((c["id"], t["id"]), {}).get("allowed_counts")
+                    b = t.get("allowed_counts")
+                    if not a or not b:
+                        continue
+                    for i, (x, y) in enumerate(zip(a, b)):
+                        compared += 1
+                        if x != y:
+                            differ += 1
+                            if not first:
+                                first = f"`{_clean(c['id'])}` / `{_clean(t['id'])}`, step {i}: {x} vs {y}"
+            if compared:
+                L.append(f"| {w} | {tk} | {lib} | {compared} | {differ} | {first or '—'} |")
+                n_rows += 1
     if not n_rows:
-        L.append("| — | — | — | — | — | — | gramgen did not run |")
+        L.append("| — | — | — | — | — | nothing compared |")
     L.append("")
 
     # ---- inconsistencies / failures -------------------------------------------------
-    bad = [(r, t) for r in results["runs"] for t in r.get("texts", []) if t.get("n_inconsistent")]
+    bad = [(r, c, t) for r in runs_all for c in cases(r) for t in c.get("texts", []) if t.get("n_inconsistent")]
     if bad:
         L.append("## Mask / advance inconsistencies\n")
         L.append("Steps where the bit of the text's token in the mask disagreed with `advance`.\n")
-        for r, t in bad:
-            L.append(f"- {r['lib']} / {r['tokenizer']} / {r['workload']} `{t['id']}`: "
+        for r, c, t in bad[:100]:
+            L.append(f"- {r['lib']} / {r['tokenizer']} / {r['workload']} `{c['id']}` / `{t['id']}`: "
                      f"{t['n_inconsistent']} steps, first at {t['inconsistent_steps'][:5]}")
         L.append("")
-    errs = [r for r in results["runs"] if r["status"] in ("error", "timeout")]
-    if errs:
+    errs = [r for r in runs_all if r["status"] in ("error", "timeout")]
+    errs_c = [(r, c) for r in runs_all for c in cases(r) if c.get("status") in ("error", "timeout")]
+    if errs or errs_c:
         L.append("## Errors and timeouts\n")
         for r in errs:
             L.append(f"- {r['lib']} / {r['tokenizer']} / {r['workload']}: {r['status']}: "
-                     f"{r.get('reason', '')}; timeouts {r.get('timeouts')}")
+                     f"{_clean(r.get('reason', ''))}")
+        for r, c in errs_c[:100]:
+            L.append(f"- {r['lib']} / {r['tokenizer']} / {r['workload']} `{c['id']}`: {c['status']}: "
+                     f"{_clean(c.get('reason', ''))[:300]}")
         L.append("")
     return "\n".join(L)
 
@@ -389,7 +529,8 @@ def markdown(results: dict) -> str:
 # --------------------------------------------------------------------------------------
 # plots
 # --------------------------------------------------------------------------------------
-COLORS = {"gramgen": "tab:red", "xgrammar": "tab:blue", "llguidance": "tab:green"}
+COLORS = {"gramgen": "tab:red", "xgrammar": "tab:blue", "llguidance": "tab:green",
+          "outlines-core": "tab:purple", "transformers-cfg": "tab:orange"}
 
 
 def plots(results: dict, out_dir: Path) -> list[Path]:
@@ -408,26 +549,51 @@ def plots(results: dict, out_dir: Path) -> list[Path]:
                 continue
             y = np.arange(1, lat.size + 1) / lat.size
             s = summarize(r)
-            cut = ", texts cut" if s["n_truncated"] or s["timeouts"] else ""
+            cut = ", texts cut" if s["n_truncated"] else ""
             ax.step(lat, y, where="post",
-                    label=f"{lib} (p50 {_dur(float(np.median(lat)), 'µs')}, n={lat.size}{cut})",
+                    label=f"{lib} (p50 {dur(float(np.median(lat)), 'µs')}, n={lat.size}{cut})",
                     color=COLORS.get(lib))
             drawn += 1
-        if not drawn:
-            plt.close(fig)
-            continue
-        ax.set_xscale("log")
-        ax.set_xlabel("mask latency per token (µs, log scale)")
-        ax.set_ylabel("fraction of steps ≤ x")
-        ax.set_ylim(0, 1.001)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_title(f"Full-vocabulary mask latency: {w}, {tk}")
-        ax.legend(loc="lower right", fontsize=8)
-        fig.tight_layout()
-        p = out_dir / f"mask_latency_cdf_{w}_{tk}.png"
-        fig.savefig(p, dpi=110)
+        if drawn:
+            ax.set_xscale("log")
+            ax.set_xlabel("mask latency per token (µs, log scale)")
+            ax.set_ylabel("fraction of steps ≤ x")
+            ax.set_ylim(0, 1.001)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_title(f"Full-vocabulary mask latency: {w}, {tk}")
+            ax.legend(loc="lower right", fontsize=8)
+            fig.tight_layout()
+            p = out_dir / f"mask_latency_cdf_{w}_{tk}.png"
+            fig.savefig(p, dpi=100)
+            paths.append(p)
         plt.close(fig)
-        paths.append(p)
+        if w != "jsonschema":
+            continue
+        sizes = {c["id"]: c["size"] for c in results["workloads"][w]["cases"]}
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        drawn = 0
+        for lib, r in runs.items():
+            pts = [(sizes.get(c["id"]), c["compile"]["seconds"][0]) for c in cases(r)
+                   if c.get("compile", {}).get("seconds") and sizes.get(c["id"])]
+            if not pts:
+                continue
+            x, y = zip(*pts)
+            ax.scatter(x, np.asarray(y) * 1e3, s=12, alpha=0.7, color=COLORS.get(lib),
+                       label=f"{lib} ({len(pts)} compiled)")
+            drawn += 1
+        if drawn:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("schema size (characters of JSON)")
+            ax.set_ylabel("compile time (ms, log scale)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_title(f"JSON Schema compile time vs size: {tk}")
+            ax.legend(loc="upper left", fontsize=8)
+            fig.tight_layout()
+            p = out_dir / f"compile_vs_size_{w}_{tk}.png"
+            fig.savefig(p, dpi=100)
+            paths.append(p)
+        plt.close(fig)
     return paths
 
 
@@ -440,9 +606,9 @@ def write(results: dict, out_dir: Path) -> None:
 # --------------------------------------------------------------------------------------
 # --check
 # --------------------------------------------------------------------------------------
-def check(new: dict, old: dict, ratio: float) -> tuple[bool, list[str]]:
-    """gramgen's mask p50/p99 per (workload, tokenizer): fail if new/old > ratio."""
-    lines = [f"--check {ratio}: gramgen mask latency vs committed results.json "
+def check(new: dict, old: dict, limit: float) -> tuple[bool, list[str]]:
+    """gramgen's mask p50/p99 per (workload, tokenizer): fail if new/old > limit."""
+    lines = [f"--check {limit}: gramgen mask latency vs committed results.json "
              f"({old['meta'].get('date')}, {old['meta'].get('mode')})"]
     if old["meta"].get("mode") != new["meta"].get("mode"):
         lines.append(f"  note: committed results are from --{old['meta'].get('mode')}, "
@@ -462,7 +628,7 @@ def check(new: dict, old: dict, ratio: float) -> tuple[bool, list[str]]:
         for q in ("p50", "p99"):
             compared += 1
             rr = ns[q] / os_[q]
-            bad = rr > ratio
+            bad = rr > limit
             ok &= not bad
             lines.append(f"  {key[0]} × {key[1]} mask {q}: {os_[q]:.1f} -> {ns[q]:.1f} µs "
                          f"({rr:.2f}×){'  WORSE than allowed' if bad else ''}")

@@ -1,0 +1,227 @@
+"""The benchmark's own logic: statistics, ratios, verdict bookkeeping, --check, the JSON
+instance serialization, and adapter verdicts on a tiny grammar (bench/ is not part of the
+library, but its numbers are what performance changes are judged by)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT, hf_tokenizer
+
+sys.path.insert(0, str(ROOT))
+
+from bench import report  # noqa: E402
+from bench.__main__ import _walk, split_runs  # noqa: E402
+from bench.adapters import CompileFailed, NotApplicable, byte_level_token_bytes, make_adapter  # noqa: E402
+from bench.workloads import schema_order, serialize_instance, _validator  # noqa: E402
+
+
+def _text(tid, expect=None, accepted=True, mask_ns=(1000, 3000), **kw):
+    t = {"id": tid, "expect": expect, "accepted": accepted, "mask_ns": list(mask_ns),
+         "advance_ns": [10] * len(mask_ns), "steps": len(mask_ns), "n_tokens": len(mask_ns),
+         "rejected_at": None if accepted else 1, "allowed_counts": [5] * len(mask_ns)}
+    t.update(kw)
+    return t
+
+
+def _case(cid, status="ok", seconds=(0.01,), texts=(), **kw):
+    c = {"workload": "jsonschema", "id": cid, "status": status, "reason": "",
+         "compile": {"seconds": list(seconds), "rss_delta_bytes": 2**20} if status == "ok" else {"seconds": []},
+         "texts": list(texts), "timeouts": {"compile": 0, "text": 0, "case": 0}}
+    c.update(kw)
+    return c
+
+
+def _run(lib, cs, tokenizer="smollm2", status="ok"):
+    return {"lib": lib, "tokenizer": tokenizer, "workload": "jsonschema", "status": status,
+            "prepare_seconds": 0.5, "cases": cs}
+
+
+def test_percentiles_and_formatting():
+    d = report.pct(list(range(1, 101)))
+    assert d["p50"] == pytest.approx(50.5) and d["max"] == 100 and d["n"] == 100
+    assert d["p99"] == pytest.approx(99.01)
+    assert report.pct([]) == {}
+    assert report.ratio(3.0, 1.5) == "2.00×"
+    assert report.ratio(1.0, None) == "—" and report.ratio(None, 1.0) == "—" and report.ratio(1, 0) == "—"
+    assert report.dur(0.0025, "s") == "2.5 ms"
+    assert report.dur(1500, "µs") == "1.5 ms"
+    assert report.dur(2.5, "ms") == "2.5 ms"
+    assert report.dur(3e6, "µs") == "3.00 s"
+
+
+def test_summarize_counts_compile_failures_timeouts_and_verdicts():
+    run = _run("xgrammar", [
+        _case("a", texts=[_text("a#0", True), _text("a#1", False, accepted=False),
+                          _text("a#2", False, accepted=True, mask_ns=())]),
+        _case("b", status="compile_error"),
+        _case("c", status="timeout", timeouts={"compile": 0, "text": 0, "case": 1}),
+        _case("d", status="n/a"),
+        _case("e", texts=[_text("e#0", True, accepted=False, truncated=True)]),
+    ])
+    s = report.summarize(run)
+    assert s["n_cases"] == 4  # n/a is not a case the library was asked to compile
+    assert s["n_compiled"] == 2 and s["compile_success_pct"] == 50.0
+    assert s["n_compile_failed"] == 1 and s["n_case_timeouts"] == 1 and s["timeouts"] == 1
+    assert (s["n_valid"], s["n_valid_accepted"]) == (2, 1)
+    assert s["valid_accepted_pct"] == 100.0  # the cut text has no verdict
+    assert (s["n_invalid"], s["n_invalid_rejected"]) == (2, 1)
+    assert s["invalid_rejected_pct"] == 50.0
+    assert s["mask_us"]["n"] == 6 and s["mask_us"]["max"] == 3.0
+    assert s["n_truncated"] == 1
+    assert s["rss_delta_mb"] == 1.0
+
+
+def test_best_peer_and_summary_ratio():
+    g = report.summarize(_run("gramgen", [_case("a", seconds=(0.02,), texts=[_text("a#0", True, mask_ns=(4000,) * 3)])]))
+    x = report.summarize(_run("xgrammar", [_case("a", seconds=(0.01,), texts=[_text("a#0", True, mask_ns=(2000,) * 3)])]))
+    ll = report.summarize(_run("llguidance", [_case("a", seconds=(0.04,), texts=[_text("a#0", True, mask_ns=(8000,) * 3)])]))
+    sums = {"gramgen": g, "xgrammar": x, "llguidance": ll}
+    lib, v = report.best_peer(sums, lambda s: s["mask_us"]["p50"])
+    assert lib == "xgrammar" and v == 2.0
+    assert report.ratio(g["mask_us"]["p50"], v) == "2.00×"
+    assert report.best_peer(sums, lambda s: s["compile_success_pct"], higher_is_better=True)[1] == 100.0
+
+
+def test_disagreements_list_which_library_agrees_with_jsonschema():
+    results = {"workloads": {"jsonschema": {"cases": [
+        {"id": "a", "texts": [{"id": "a#0", "expect": True, "jsonschema_valid": True},
+                              {"id": "a#1", "expect": False, "jsonschema_valid": False},
+                              {"id": "a#2", "expect": True, "jsonschema_valid": True}]}]}}}
+    runs = {
+        "gramgen": _run("gramgen", [_case("a", texts=[_text("a#0", True), _text("a#1", False, accepted=False),
+                                                      _text("a#2", True)])]),
+        "xgrammar": _run("xgrammar", [_case("a", texts=[_text("a#0", True), _text("a#1", False, accepted=True),
+                                                        _text("a#2", True)])]),
+        "outlines-core": _run("outlines-core", [_case("a", status="compile_error")]),
+    }
+    rows = report.disagreements(results, "jsonschema", "smollm2", runs)
+    assert [r["text"] for r in rows] == ["a#1"]
+    assert rows[0]["agree"] == ["gramgen"]
+    assert rows[0]["verdicts"]["outlines-core"] == "compile failed"
+    md = report.markdown({"meta": {"command": "python -m bench", "mode": "quick", "seed": 0, "compile_reps": 0,
+                                   "date": "d", "wall_seconds": 1, "machine": {"cpu": "c", "usable_cores": 1,
+                                   "logical_cores": 1, "os": "o", "python": "3"}, "versions": {},
+                                   "threads": "t"},
+                          "workloads": {"jsonschema": {**results["workloads"]["jsonschema"], "n_texts": 3,
+                                                       "source": "s", "notes": []}},
+                          "runs": list(runs.values())})
+    assert "| jsonschema | smollm2 |" in md
+    assert "| `a` | `#1` | invalid | invalid | reject @1 '' | accept | compile failed | gramgen |" in md
+
+
+def test_check_fails_only_past_the_ratio():
+    def res(mask_ns):
+        return {"meta": {"mode": "quick", "date": "d"},
+                "runs": [_run("gramgen", [_case("a", texts=[_text("a#0", True, mask_ns=mask_ns)])])]}
+
+    old = res([1000] * 100)
+    ok, _ = report.check(res([1200] * 100), old, 1.3)
+    assert ok
+    ok, lines = report.check(res([1500] * 100), old, 1.3)
+    assert not ok and lines[-1] == "FAILED"
+    # the format written before cases existed (texts directly on the run) still compares
+    legacy = {"meta": {"mode": "quick", "date": "d"}, "runs": [
+        {"lib": "gramgen", "tokenizer": "smollm2", "workload": "jsonschema", "status": "ok",
+         "texts": [_text("x", mask_ns=[1000] * 10)], "compile": {"seconds": [0.1]}}]}
+    assert report.check(res([1000] * 100), legacy, 1.3)[0]
+
+
+def test_split_runs_groups_cases_per_workload():
+    job = {"lib": "gramgen", "tokenizer": "qwen2", "status": "ok", "prepare_seconds": 1.0, "cases": {
+        "lark:x": dict(_case("x"), workload="lark"), "gbnf:y": dict(_case("y", status="n/a"), workload="gbnf")}}
+    runs = split_runs(job, ["lark", "gbnf", "json"])
+    assert [(r["workload"], r["status"]) for r in runs] == [("lark", "ok"), ("gbnf", "n/a")]
+
+
+def test_schema_order_follows_refs_allof_and_the_matching_anyof_branch():
+    schema = {
+        "$defs": {"P": {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}},
+        "type": "object",
+        "allOf": [{"properties": {"z": {"$ref": "#/$defs/P"}}}],
+        "properties": {"y": {"anyOf": [{"type": "string"},
+                                       {"type": "object", "properties": {"q": {}, "p": {}}}]},
+                       "l": {"type": "array", "items": {"$ref": "#/$defs/P"}}},
+    }
+    inst = {"extra": 0, "l": [{"a": "x", "b": 1}], "z": {"a": "x", "b": 1, "c": 3}, "y": {"p": 1, "q": 2}}
+    out = schema_order(inst, schema, _validator(schema))
+    assert out == inst  # same content ...
+    assert list(out) == ["y", "l", "z", "extra"]  # ... declared keys first, in declaration order
+    assert list(out["z"]) == ["b", "a", "c"] and list(out["y"]) == ["q", "p"] and list(out["l"][0]) == ["b", "a"]
+    text, valid = serialize_instance(inst, schema)
+    assert valid is True and json.loads(text) == inst and ", " not in text and ": " not in text
+
+
+def test_byte_level_token_bytes_round_trip():
+    tok = hf_tokenizer("smollm2")
+    table, special = byte_level_token_bytes(tok)
+    assert tok.eos_token_id in special and tok.eos_token_id not in table
+    s = "héllo wörld 😀 {\"a\": [1, 2]}\n\tend"
+    ids = tok.encode(s, add_special_tokens=False)
+    assert b"".join(table[i] for i in ids) == s.encode("utf-8")
+
+
+ARITH = 'root ::= expr "\\n"\nexpr ::= num (("+" | "*") num)*\nnum ::= [0-9]+\n'
+
+
+@pytest.mark.parametrize("lib", ["gramgen", "xgrammar", "llguidance", "transformers-cfg"])
+def test_adapter_verdicts_on_a_tiny_grammar(lib):
+    module = {"gramgen": "gramgen", "xgrammar": "xgrammar", "llguidance": "llguidance",
+              "transformers-cfg": "transformers_cfg"}[lib]
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{lib} is not installed (pip install -e .[bench])")
+    tok = hf_tokenizer("smollm2")
+    a = make_adapter(lib)
+    a.load()
+    a.prepare(tok, str(ROOT.parent / "shared" / "tokenizers" / "smollm2"))
+    case = {"kind": "gbnf", "source": ARITH, "start": "root", "path": "arith"}
+    compiled = a.compile(a.grammar_for(case, "gbnf"))
+
+    def walk(s):
+        return _walk(a, compiled, tok.encode(s, add_special_tokens=False))
+
+    good = walk("12+3*45\n")
+    assert good["accepted"] and good["n_inconsistent"] == 0 and good["steps"] == good["n_tokens"]
+    assert all(n > 0 for n in good["allowed_counts"]) and len(good["mask_ns"]) == good["steps"]
+    bad = walk("12++3\n")
+    assert not bad["accepted"] and bad["rejected_at"] is not None and bad["n_inconsistent"] == 0
+    assert not walk("12+3")["accepted"]  # a prefix, not a sentence
+    unmasked = _walk(a, compiled, tok.encode("7\n", add_special_tokens=False), timed=False)
+    assert unmasked["accepted"] and unmasked["mask_ns"] == []
+    if lib == "transformers-cfg":
+        with pytest.raises(NotApplicable):
+            a.grammar_for({"kind": "jsonschema", "source": "{}", "start": "", "path": "s"}, "jsonschema")
+    else:
+        with pytest.raises(CompileFailed):
+            a.compile(a.grammar_for({"kind": "gbnf", "source": "root ::= (", "start": "root", "path": "x"}, "gbnf"))
+
+
+def test_outlines_adapter_on_a_tiny_schema():
+    if importlib.util.find_spec("outlines_core") is None:
+        pytest.skip("outlines-core is not installed (pip install -e .[bench])")
+    tok = hf_tokenizer("smollm2")
+    a = make_adapter("outlines-core")
+    a.load()
+    a.prepare(tok, "")
+    schema = json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    compiled = a.compile(a.grammar_for({"kind": "jsonschema", "source": schema, "start": "", "path": "s"}, "jsonschema"))
+    ok = _walk(a, compiled, tok.encode('{"n":12}', add_special_tokens=False))
+    assert ok["accepted"] and ok["n_inconsistent"] == 0
+    assert not _walk(a, compiled, tok.encode('{"n":"x"}', add_special_tokens=False))["accepted"]
+    with pytest.raises(NotApplicable):
+        a.grammar_for({"kind": "lark", "source": "start: 'a'", "start": "start", "path": "l"}, "lark")
+    assert np.asarray(ok["allowed_counts"]).min() > 0
+
+
+def test_lark_labels_samples_with_lark_itself():
+    from bench.workloads import Text, lark_label
+
+    calc = 'start: expr\n?expr: NUMBER | expr "+" NUMBER\n%import common.NUMBER\n%import common.WS\n%ignore WS\n'
+    assert lark_label(calc, "start", Text("a", "1 + 2"), ROOT).expect is True
+    assert lark_label(calc, "start", Text("b", "1 +"), ROOT).expect is False
+    indented = "start: _INDENT 'x'\n%declare _INDENT\n"
+    assert lark_label(indented, "start", Text("c", "x"), ROOT).expect is None  # needs a postlexer
