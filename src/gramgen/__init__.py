@@ -4,13 +4,14 @@ from .automata.vocabulary import Vocabulary
 from .errors import (CompileLimitError, GramgenError, GrammarError, SchemaError, TokenizerError,
                      TokenRejected)
 from .grammar import Grammar
+from .integrations import GenerationResult, LogitsProcessor, Model, generate, load_model
 from .runtime import CompiledGrammar, Matcher, compile
 from .runtime.bitmask import allocate_token_bitmask
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompileLimitError", "CompiledGrammar", "GramgenError", "Grammar", "GrammarError",
-    "Matcher", "SchemaError", "TokenRejected", "TokenizerError", "Vocabulary",
-    "allocate_token_bitmask", "compile", "__version__",
+    "CompileLimitError", "CompiledGrammar", "GenerationResult", "GramgenError", "Grammar",
+    "GrammarError", "LogitsProcessor", "Matcher", "Model", "SchemaError", "TokenRejected", "TokenizerError", "Vocabulary",
+    "allocate_token_bitmask", "compile", "generate", "load_model", "__version__",
 ]
