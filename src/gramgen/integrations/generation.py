@@ -281,12 +281,16 @@ def _accepts_logits_to_keep(hf_model) -> bool:
         return False
 
 
-def decode(model: Model, prompts: list[list[int]], compiled: CompiledGrammar | None, *,
+def decode(model: Model, prompts: list[list[int]],
+           compiled: CompiledGrammar | list[CompiledGrammar | None] | None, *,
            max_new_tokens: int, temperature: float = 0.0, top_p: float | None = None,
            top_k: int | None = None, seed: int | None = None,
            jump_forward: bool = True) -> list[_Row]:
-    """Run the decoding loop on token-id prompts; ``compiled=None`` decodes without a
-    grammar (the benchmark's baseline; ``finish`` is then "eos" or "max_new_tokens")."""
+    """Run the decoding loop on token-id prompts.
+
+    ``compiled`` is one grammar for every row, or a list with one per row (rows of a batch
+    may follow different grammars); ``None`` decodes without a grammar (the benchmark's
+    baseline; ``finish`` is then "eos" or "max_new_tokens")."""
     import torch
 
     t0 = time.perf_counter()
@@ -296,7 +300,11 @@ def decode(model: Model, prompts: list[list[int]], compiled: CompiledGrammar | N
     width = model.vocab_width
     n_words = packed.n_words(max(width, vocab.size))
     batch = len(prompts)
-    rows = [_Row(compiled.matcher() if compiled is not None else None, list(p)) for p in prompts]
+    per_row = compiled if isinstance(compiled, (list, tuple)) else [compiled] * batch
+    if len(per_row) != batch:
+        raise GramgenError(f"{len(per_row)} grammars for {batch} prompts")
+    rows = [_Row(cg.matcher() if cg is not None else None, list(p)) for cg, p in zip(per_row, prompts)]
+    constrained = any(row.matcher is not None for row in rows)
     masks = np.full((batch, n_words), -1, dtype=np.int32)
     sampler = _Sampler(temperature, top_p, top_k, seed, device)
     use_keep = _accepts_logits_to_keep(model.hf_model)
@@ -343,7 +351,7 @@ def decode(model: Model, prompts: list[list[int]], compiled: CompiledGrammar | N
             if row.finish is not None or row.matcher is None:
                 masks[r] = -1   # finished rows: anything, so no row is all -inf
         scores = logits
-        if compiled is not None:
+        if constrained:
             allowed = _unpack_bits(torch.from_numpy(masks).to(device, non_blocking=True), logits.shape[-1])
             scores = logits.masked_fill(~allowed, float("-inf"))
         picked, logps = sampler(scores)
@@ -372,7 +380,7 @@ def decode(model: Model, prompts: list[list[int]], compiled: CompiledGrammar | N
 
 # -- the public call ---------------------------------------------------------------------
 
-def _result(model: Model, row: _Row, is_json: bool, cls: type | None) -> GenerationResult:
+def to_result(model: Model, row: _Row, is_json: bool, cls: type | None) -> GenerationResult:
     data = b"".join(model.vocab.token_bytes(t) for t in row.tokens)
     text = data.decode("utf-8", errors="replace")
     complete = row.finish in ("grammar", "eos") and (row.matcher is None or row.matcher.is_accepting())
@@ -444,5 +452,5 @@ def generate(model: Model, prompt: str | list[str], *, schema: Any = None,
     ids = [model.prompt_ids(p, chat=chat) for p in prompts]
     rows = decode(model, ids, compiled, max_new_tokens=max_new_tokens, temperature=temperature,
                   top_p=top_p, top_k=top_k, seed=seed)
-    results = [_result(model, row, is_json, cls) for row in rows]
+    results = [to_result(model, row, is_json, cls) for row in rows]
     return results[0] if single else results
