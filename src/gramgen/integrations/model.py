@@ -19,7 +19,7 @@ from typing import Any
 from ..automata.vocabulary import Vocabulary
 from ..errors import GramgenError
 
-__all__ = ["Model", "load_model", "cache_dir"]
+__all__ = ["Model", "cache_dir", "converted_folder", "load_model"]
 
 #: short names load_model knows: name -> (python package holding the file, GGUF file name)
 KNOWN_GGUF = {
@@ -155,7 +155,7 @@ def _gguf_path(name: str) -> Path:
     return path
 
 
-def _converted_folder(name: str) -> Path:
+def converted_folder(name: str) -> Path:
     """The cached transformers copy of a known GGUF model, converting it on first use.
 
     The conversion is written to a temporary folder beside the cache entry and renamed
@@ -203,7 +203,7 @@ def load_model(name_or_path: str | os.PathLike, device: Any = None, dtype: Any =
 
     name = str(name_or_path)
     if name.lower() in KNOWN_GGUF:
-        folder = _converted_folder(name.lower())
+        folder = converted_folder(name.lower())
     else:
         folder = Path(name).expanduser()
         if not (folder / "config.json").is_file():
