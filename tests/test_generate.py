@@ -211,7 +211,7 @@ def _dev_schemas(n: int, seed: int = 5) -> list[dict]:
 
 
 def test_pydantic_schema_gives_an_instance(model):
-    pydantic = pytest.importorskip("pydantic")
+    import pydantic
 
     class City(pydantic.BaseModel):
         name: str
@@ -252,3 +252,19 @@ def test_jsonschemabench_completed_outputs_validate(model):
     for result in results:
         if not result.complete:
             assert result.value is None
+
+
+def test_rows_with_different_grammars_and_a_fully_forced_row(model):
+    """decode() takes one grammar per row; a row the grammar forces completely needs no
+    forward pass and must not disturb the others."""
+    # one byte: exactly one token spells it (a longer literal has several tokenizations,
+    # all allowed, so it is sampled, not forced)
+    forced = gramgen.compile(gramgen.Grammar.from_regex(r"\{"), model.vocab)
+    choice = gramgen.compile(gramgen.Grammar.from_regex("(red|green|blue)"), model.vocab)
+    prompts = [model.prompt_ids("Open a brace."), model.prompt_ids("A color?")]
+    rows = generation.decode(model, prompts, [forced, choice], max_new_tokens=5)
+    first, second = (generation.to_result(model, r, False, None) for r in rows)
+    assert first.text == "{" and first.finish_reason == "grammar" and first.complete
+    assert first.stats.forward_passes == 0 and first.stats.sampled_tokens == 0
+    alone = gramgen.generate(model, "A color?", grammar=choice, max_new_tokens=5)
+    assert second.tokens == alone.tokens and second.complete

@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CompileLimitError", "CompiledGrammar", "GenerationResult", "GramgenError", "Grammar",
-    "GrammarError", "LogitsProcessor", "Matcher", "Model", "SchemaError", "TokenRejected", "TokenizerError", "Vocabulary",
+    "GrammarError", "LogitsProcessor", "Matcher", "Model", "SchemaError", "TokenRejected",
+    "TokenizerError", "Vocabulary",
     "allocate_token_bitmask", "compile", "generate", "load_model", "__version__",
 ]

@@ -354,6 +354,10 @@ def decode(model: Model, prompts: list[list[int]],
         if constrained:
             allowed = _unpack_bits(torch.from_numpy(masks).to(device, non_blocking=True), logits.shape[-1])
             scores = logits.masked_fill(~allowed, float("-inf"))
+        done = [r for r, row in enumerate(rows) if row.finish is not None]
+        if done:   # a row never fed has no unmasked key: its logits may be NaN; unused anyway
+            scores = scores.clone()
+            scores[done] = 0.0
         picked, logps = sampler(scores)
         picked, logps = picked.tolist(), logps.tolist()
         for r in active:
