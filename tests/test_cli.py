@@ -28,7 +28,7 @@ INT: /0|[1-9][0-9]{0,2}/
 """
 PEOPLE = ["Marie Curie was 66 when she died.", "Alan Turing, aged 41, was a mathematician.",
           "Ada Lovelace lived for 36 years.", "Isaac Newton reached the age of 84.",
-          "Grace Hopper was 85 years old.", "Carl Gauss died aged 77."]
+          "Grace Hopper was 85 years old."]
 
 
 @pytest.fixture()
@@ -59,8 +59,9 @@ def test_collect_documents_from_files_folders_globs_and_jsonl(workdir):
     docs = cli.collect_documents([str(workdir / "docs"), str(workdir / "docs" / "0*.txt"),
                                   str(workdir / "more.jsonl")], field="body", id_field="id")
     ids = [d.id for d in docs]
-    assert ids[:6] == [str(workdir / "docs" / f"{i:02d}.txt") for i in range(6)]   # no duplicates
-    assert ids[6] == "j1" and docs[6].text == "Kurt Goedel, 71."
+    n = len(PEOPLE)
+    assert ids[:n] == [str(workdir / "docs" / f"{i:02d}.txt") for i in range(n)]   # no duplicates
+    assert ids[n] == "j1" and docs[n].text == "Kurt Goedel, 71."
     errors = {d.id: d.error for d in docs if d.error}
     assert set(errors) == {f"{workdir / 'more.jsonl'}:3", "j2", f"{workdir / 'more.jsonl'}:5"}
     assert docs[-1].id == f"{workdir / 'more.jsonl'}:6" and docs[-1].text == "x"
