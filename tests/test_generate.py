@@ -268,3 +268,28 @@ def test_rows_with_different_grammars_and_a_fully_forced_row(model):
     assert first.stats.forward_passes == 0 and first.stats.sampled_tokens == 0
     alone = gramgen.generate(model, "A color?", grammar=choice, max_new_tokens=5)
     assert second.tokens == alone.tokens and second.complete
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    from gramgen.integrations.model import cache_dir
+
+    monkeypatch.setenv("GRAMGEN_CACHE", str(tmp_path / "g"))
+    assert cache_dir() == tmp_path / "g"
+    monkeypatch.delenv("GRAMGEN_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache_dir() == tmp_path / "x" / "gramgen"
+
+
+def test_local_folder_and_wrapped_models_behave_alike(model):
+    """The converted cache entry is a plain Hugging Face folder: load_model reads it like any
+    local model, and Model() wraps an already loaded one; both give the same greedy output."""
+    from gramgen.integrations.model import converted_folder
+
+    folder = converted_folder("smollm2")
+    assert (folder / "config.json").is_file() and not list(folder.parent.glob(".smollm2-*"))
+    again = gramgen.load_model(str(folder), device="cpu")
+    wrapped = gramgen.Model(model.hf_model, model.tokenizer)
+    assert wrapped.vocab.fingerprint == model.vocab.fingerprint == again.vocab.fingerprint
+    outs = [gramgen.generate(m, "A color?", regex="(red|green|blue)", max_new_tokens=4).tokens
+            for m in (model, again, wrapped)]
+    assert outs[0] == outs[1] == outs[2]

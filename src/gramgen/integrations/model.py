@@ -72,7 +72,10 @@ class Model:
     @property
     def vocab_width(self) -> int:
         """Number of logits the model produces per position (may exceed ``vocab.size``)."""
-        return int(self.hf_model.get_output_embeddings().weight.shape[0])
+        head = self.hf_model.get_output_embeddings()
+        if head is not None and getattr(head, "weight", None) is not None:
+            return int(head.weight.shape[0])
+        return int(self.hf_model.config.vocab_size)
 
     def extra_eos_token_ids(self) -> list[int]:
         """EOS ids beyond ``tokenizer.eos_token_id``: the generation config's, and the
@@ -210,6 +213,11 @@ def load_model(name_or_path: str | os.PathLike, device: Any = None, dtype: Any =
             raise GramgenError(f"{name!r} is neither a known model name ({', '.join(KNOWN_GGUF)}) "
                                f"nor a local Hugging Face model folder (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    hf_model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_torch_dtype(dtype))
+    # transformers renamed torch_dtype= to dtype= in 4.56
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    hf_model = AutoModelForCausalLM.from_pretrained(str(folder), **{key: _torch_dtype(dtype)})
     hf_model.to(_default_device(device))
     return Model(hf_model, tokenizer)
