@@ -85,15 +85,16 @@ def _run(model, prompt_ids, compiled, max_new_tokens, jump_forward):
             "mask_seconds": timer.seconds}
 
 
-def _dev_schemas(n: int, seed: int) -> list[dict]:
+def _dev_schemas(n: int, seed: int, max_chars: int) -> list[dict]:
     rows = []
     for path in sorted((SHARED / "data" / "jsonschemabench").glob("*/dev.jsonl")):
         rows.extend(json.loads(line) for line in path.read_text(encoding="utf-8").split("\n")
                     if line.strip())
+    rows = [r for r in rows if len(json.dumps(r["schema"])) <= max_chars]
     return random.Random(seed).sample(rows, len(rows))
 
 
-def workloads(model, n_schemas: int, seed: int):
+def workloads(model, n_schemas: int, seed: int, max_chars: int):
     """(workload, label, prompt, grammar factory) items; schemas that fail to compile are
     counted, not timed."""
     items, notes = [], []
@@ -102,7 +103,7 @@ def workloads(model, n_schemas: int, seed: int):
             items.append(("lark:" + name, prompt[:40], prompt, lambda t=text: gramgen.Grammar.from_lark(t)))
     if n_schemas:
         tried = failed = 0
-        for entry in _dev_schemas(10 * n_schemas, seed):
+        for entry in _dev_schemas(10 * n_schemas, seed, max_chars):
             if tried - failed >= n_schemas:
                 break
             tried += 1
@@ -117,7 +118,8 @@ def workloads(model, n_schemas: int, seed: int):
             prompt = ("Give an example JSON value for this schema:\n" + json.dumps(entry["schema"])[:400])
             items.append(("schema", entry["id"], prompt,
                           lambda s=entry["schema"]: gramgen.Grammar.from_json_schema(s)))
-        notes.append(f"dev schemas: {tried - failed} compiled of {tried} tried (seed {seed})")
+        notes.append(f"dev schemas: {tried - failed} compiled of {tried} tried (seed {seed}, "
+                     f"schemas of at most {max_chars} characters)")
     return items, notes
 
 
@@ -127,6 +129,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-schema-chars", type=int, default=2500,
+                        help="draw dev schemas of at most this many characters (compile time)")
     parser.add_argument("--reps", type=int, default=2,
                         help="runs per mode and prompt; the one with the least CPU time is kept")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -136,7 +140,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     model = gramgen.load_model("smollm2", device="cpu")
-    items, notes = workloads(model, args.schemas, args.seed)
+    items, notes = workloads(model, args.schemas, args.seed, args.max_schema_chars)
     # warm-up: first forward passes of a process are slower
     generation.decode(model, [model.prompt_ids("Hello")], None, max_new_tokens=8)
 

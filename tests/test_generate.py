@@ -201,12 +201,15 @@ def test_lark_grammar_outputs_parse_with_lark(model, name):
 
 # -- JSON Schema (needs Grammar.from_json_schema) -----------------------------------------
 
-def _dev_schemas(n: int, seed: int = 5) -> list[dict]:
+def _dev_schemas(n: int, seed: int = 5, max_chars: int = 2500) -> list[dict]:
+    """A fixed seeded draw of ``n`` dev schemas of at most ``max_chars`` characters (large
+    Kubernetes / Schema Store schemas take tens of seconds to compile: not for CI)."""
     rows = []
     for path in sorted((require_shared() / "data" / "jsonschemabench").glob("*/dev.jsonl")):
         # split on "\n" only: some schemas hold U+0085 / U+2028, which splitlines() splits on
         rows.extend(json.loads(line) for line in path.read_text(encoding="utf-8").split("\n")
                     if line.strip())
+    rows = [r for r in rows if len(json.dumps(r["schema"])) <= max_chars]
     return random.Random(seed).sample(rows, n)
 
 
@@ -234,19 +237,20 @@ def test_jsonschemabench_completed_outputs_validate(model):
     for entry in entries:
         try:
             g = gramgen.Grammar.from_json_schema(entry["schema"])
-        except gramgen.SchemaError:
-            continue   # an unsupported keyword: a clear error, counted below
-        compiled.append(gramgen.compile(g, model.vocab))
+            compiled.append(gramgen.compile(g, model.vocab))
+        except (gramgen.SchemaError, gramgen.CompileLimitError):
+            continue   # an unsupported keyword or a size budget: a clear error, counted below
         kept.append(entry)
     assert len(compiled) >= 15, f"only {len(compiled)} of 30 schemas compiled"
-    prompts = [model.prompt_ids("Give an example JSON value for this schema:\n"
-                                + json.dumps(e["schema"])[:400]) for e in kept]
+    # a short prompt: the grammar alone shapes the output, and 30 long prompts would make
+    # the batch's prefill the slowest part of the test
+    prompts = [model.prompt_ids("Output a short JSON example.")] * len(kept)
     rows = generation.decode(model, prompts, compiled, max_new_tokens=64)
     results = [generation.to_result(model, row, True, None) for row in rows]
     done = [(e, r) for e, r in zip(kept, results) if r.complete]
     print(f"\njsonschemabench: {len(compiled)}/30 compiled, {len(done)} completed within 64 tokens,"
           f" {sum(r.stats.forced_tokens for r in results)} forced tokens")
-    assert done, "no output completed"
+    assert len(done) >= 5, f"only {len(done)} outputs completed"
     for entry, result in done:
         jsonschema.validate(result.value, entry["schema"])
     for result in results:
