@@ -10,7 +10,7 @@ One decoding loop serves a single prompt and a batch alike:
 * each step then samples one token per row from the masked logits (greedy when
   ``temperature == 0``);
 * a batch is left-padded; rows that feed fewer tokens in a step are padded inside the
-  step (masked out by the attention mask), finished rows stop advancing.
+  step (masked out by the attention mask); finished rows leave the batch and its KV cache.
 """
 
 from __future__ import annotations
@@ -272,6 +272,20 @@ def _forward(model: Model, ids, attention, positions, cache, use_keep: bool):
     return out.logits[:, -1, :].float(), out.past_key_values
 
 
+def _select_rows(cache, keep: list[int], device):
+    """Keep only batch rows ``keep`` of a KV cache (a transformers Cache or legacy tuples)."""
+    import torch
+
+    index = torch.tensor(keep, dtype=torch.long, device=device)
+    if hasattr(cache, "batch_select_indices"):
+        cache.batch_select_indices(index)
+        return cache
+    if isinstance(cache, (tuple, list)):
+        return type(cache)(tuple(t.index_select(0, index) for t in layer) for layer in cache)
+    raise GramgenError(f"cannot drop finished rows from a {type(cache).__name__}; "
+                       "generate one prompt at a time with this model")
+
+
 def _accepts_logits_to_keep(hf_model) -> bool:
     import inspect
 
@@ -305,7 +319,7 @@ def decode(model: Model, prompts: list[list[int]],
         raise GramgenError(f"{len(per_row)} grammars for {batch} prompts")
     rows = [_Row(cg.matcher() if cg is not None else None, list(p)) for cg, p in zip(per_row, prompts)]
     constrained = any(row.matcher is not None for row in rows)
-    masks = np.full((batch, n_words), -1, dtype=np.int32)
+    masks = np.full((batch, n_words), -1, dtype=np.int32)   # rows without a grammar: all ones
     sampler = _Sampler(temperature, top_p, top_k, seed, device)
     use_keep = _accepts_logits_to_keep(model.hf_model)
     pad_id = model.tokenizer.pad_token_id
@@ -318,52 +332,39 @@ def decode(model: Model, prompts: list[list[int]],
         if row.matcher is not None:
             _force(row, masks[r], eos, max_new_tokens, jump_forward)
 
-    attention = torch.zeros((batch, 0), dtype=torch.long, device=device)
+    # the batch holds only the rows still generating: ``live[b]`` is the row at position b
+    live = [r for r, row in enumerate(rows) if row.finish is None]
+    attention = cache = None
     next_pos = [0] * batch
-    cache = None
-    while True:
-        # a finished row's last tokens are never fed: no logits are needed after them
-        feeding = [r for r, row in enumerate(rows) if row.pending and row.finish is None]
-        if not feeding:
-            break
-        k = max(len(rows[r].pending) for r in feeding)
-        ids = torch.full((batch, k), pad_id, dtype=torch.long)
-        att = torch.zeros((batch, k), dtype=torch.long)
-        pos = torch.zeros((batch, k), dtype=torch.long)
-        for r in range(batch):
-            pos[r, :] = max(next_pos[r] - 1, 0)
-        for r in feeding:
+    while live:
+        k = max(len(rows[r].pending) for r in live)
+        ids = torch.full((len(live), k), pad_id, dtype=torch.long)
+        att = torch.zeros((len(live), k), dtype=torch.long)
+        pos = torch.zeros((len(live), k), dtype=torch.long)
+        for b, r in enumerate(live):   # right-aligned: the last position gives the logits
             row = rows[r]
             n = len(row.pending)
-            ids[r, k - n:] = torch.tensor(row.pending)
-            att[r, k - n:] = 1
-            pos[r, k - n:] = torch.arange(next_pos[r], next_pos[r] + n)
+            ids[b, k - n:] = torch.tensor(row.pending)
+            att[b, k - n:] = 1
+            pos[b, :] = max(next_pos[r] - 1, 0)
+            pos[b, k - n:] = torch.arange(next_pos[r], next_pos[r] + n)
             next_pos[r] += n
             row.stats.forward_passes += 1
             row.pending = []
-        attention = torch.cat([attention, att.to(device)], dim=1)
+        att = att.to(device)
+        attention = att if attention is None else torch.cat([attention, att], dim=1)
         logits, cache = _forward(model, ids.to(device), attention, pos.to(device), cache, use_keep)
 
-        active = [r for r, row in enumerate(rows) if row.finish is None]
-        if not active:
-            break
-        for r, row in enumerate(rows):
-            if row.finish is not None or row.matcher is None:
-                masks[r] = -1   # finished rows: anything, so no row is all -inf
         scores = logits
         if constrained:
-            allowed = _unpack_bits(torch.from_numpy(masks).to(device, non_blocking=True), logits.shape[-1])
-            scores = logits.masked_fill(~allowed, float("-inf"))
-        done = [r for r, row in enumerate(rows) if row.finish is not None]
-        if done:   # a row never fed has no unmasked key: its logits may be NaN; unused anyway
-            scores = scores.clone()
-            scores[done] = 0.0
+            words = torch.from_numpy(masks[live]).to(device, non_blocking=True)
+            scores = logits.masked_fill(~_unpack_bits(words, logits.shape[-1]), float("-inf"))
         picked, logps = sampler(scores)
         picked, logps = picked.tolist(), logps.tolist()
-        for r in active:
+        for b, r in enumerate(live):
             row = rows[r]
-            token = int(picked[r])
-            row.logprob += float(logps[r])
+            token = int(picked[b])
+            row.logprob += float(logps[b])
             row.stats.sampled_tokens += 1
             if row.matcher is not None:
                 row.matcher.advance(token)
@@ -376,6 +377,11 @@ def decode(model: Model, prompts: list[list[int]],
                 _force(row, masks[r], eos, max_new_tokens, jump_forward)
             elif len(row.tokens) >= max_new_tokens:
                 row.finish = "max_new_tokens"
+        keep = [b for b, r in enumerate(live) if rows[r].finish is None]
+        if keep and len(keep) < len(live):   # finished rows leave the batch and the cache
+            cache = _select_rows(cache, keep, device)
+            attention = attention[keep]
+        live = [live[b] for b in keep]
     seconds = time.perf_counter() - t0
     for row in rows:
         row.stats.seconds = seconds
