@@ -9,12 +9,16 @@ passed off as one).
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 import gramgen
 
 
 class Person(BaseModel):
+    # extra="forbid" makes the schema say additionalProperties: false; without it, JSON
+    # Schema (and so the grammar) allows any further keys, and a small model adds some
+    model_config = ConfigDict(extra="forbid")
+
     name: str
     birth_year: int
     occupation: str
