@@ -14,7 +14,7 @@ import gramgen
 SQL = Path(__file__).resolve().parents[1] / "grammars" / "sql.lark"
 QUESTIONS = [
     "Table users(id, name, age). Write one SQL query for the names of users older than 30.",
-    "Table orders(id, customer, total). Write one SQL query: the sum of total for each customer.",
+    "Table employees(id, name, salary). Write one SQL query for the average salary.",
 ]
 
 
@@ -25,6 +25,8 @@ def main() -> None:
     for question in QUESTIONS:
         out = gramgen.generate(model, question, grammar=grammar, max_new_tokens=48)
         print(question)
+        # sql.lark allows trailing comments, so a model that does not stop after `;` can
+        # fill max_new_tokens with them: then the output is flagged incomplete
         print("  ->", out.text, f"[{out.finish_reason}]")
         if out.complete:
             parser.parse(out.text)   # never raises: the grammar constrained every token
