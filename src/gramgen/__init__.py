@@ -11,8 +11,9 @@ from .runtime.bitmask import allocate_token_bitmask
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompileLimitError", "CompiledGrammar", "GenerationResult", "GramgenError", "Grammar",
-    "GrammarError", "LogitsProcessor", "Matcher", "Model", "SchemaError", "TokenRejected",
-    "TokenizerError", "Vocabulary",
-    "allocate_token_bitmask", "compile", "generate", "load_model", "__version__",
+    "CompileLimitError", "CompiledGrammar", "GramgenError", "Grammar", "GrammarError",
+    "Matcher", "SchemaError", "TokenRejected", "TokenizerError", "Vocabulary",
+    "allocate_token_bitmask", "compile", "__version__",
 ]
+# generation with Hugging Face models (issue 5)
+__all__ += ["GenerationResult", "LogitsProcessor", "Model", "generate", "load_model"]
