@@ -5,6 +5,7 @@ from .decoding import ASAp
 from .errors import (CompileLimitError, GramgenError, GrammarError, SchemaError, TokenizerError,
                      TokenRejected)
 from .grammar import Grammar
+from .integrations import GenerationResult, LogitsProcessor, Model, generate, load_model
 from .runtime import CompiledGrammar, Matcher, compile
 from .runtime.bitmask import allocate_token_bitmask
 
@@ -15,3 +16,5 @@ __all__ = [
     "Matcher", "SchemaError", "TokenRejected", "TokenizerError", "Vocabulary",
     "allocate_token_bitmask", "compile", "__version__",
 ]
+# generation with Hugging Face models (issue 5)
+__all__ += ["GenerationResult", "LogitsProcessor", "Model", "generate", "load_model"]

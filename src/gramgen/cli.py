@@ -1,0 +1,403 @@
+"""The ``gramgen`` command: ``extract`` (documents -> JSON), ``check`` (records vs a schema),
+``bench`` (the benchmark of a repository checkout)."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import GramgenError
+
+DEFAULT_TEMPLATE = ("Extract the information in the document below as JSON.\n\n"
+                    "Document:\n{document}")
+_GLOB_CHARS = set("*?[")
+
+
+# -- documents -----------------------------------------------------------------------------
+
+@dataclass
+class Document:
+    id: str
+    text: str | None
+    error: str | None = None   # why the document could not be read
+
+
+def _read_text_file(path: Path, doc_id: str) -> Document:
+    try:
+        return Document(doc_id, path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return Document(doc_id, None, f"cannot read {path}: {exc}")
+
+
+def _read_jsonl(path: Path, field: str, id_field: str) -> Iterator[Document]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        yield Document(str(path), None, f"cannot read {path}: {exc}")
+        return
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        fallback = f"{path}:{n}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield Document(fallback, None, f"line {n} is not JSON: {exc}")
+            continue
+        if not isinstance(record, dict):
+            yield Document(fallback, None, f"line {n} is not a JSON object")
+            continue
+        doc_id = str(record[id_field]) if record.get(id_field) is not None else fallback
+        text = record.get(field)
+        if not isinstance(text, str):
+            yield Document(doc_id, None, f"line {n} has no string field {field!r}")
+            continue
+        yield Document(doc_id, text)
+
+
+def _document_files(spec: str) -> list[Path]:
+    path = Path(spec)
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file()
+                      and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    if path.exists():
+        return [path]
+    if _GLOB_CHARS & set(spec):
+        return [Path(p) for p in sorted(glob.glob(spec, recursive=True)) if Path(p).is_file()]
+    return []
+
+
+def collect_documents(inputs: list[str], field: str, id_field: str) -> list[Document]:
+    """Every document named by ``inputs`` (files, folders, globs; ``.jsonl`` files give one
+    document per line, its ``field`` column), in a stable order; duplicate ids keep the first."""
+    docs: dict[str, Document] = {}
+    for spec in inputs:
+        files = _document_files(spec)
+        if not files:
+            raise GramgenError(f"input {spec!r} matches no file")
+        for path in files:
+            found = (_read_jsonl(path, field, id_field) if path.suffix.lower() == ".jsonl"
+                     else [_read_text_file(path, str(path))])
+            for doc in found:
+                docs.setdefault(doc.id, doc)
+    return list(docs.values())
+
+
+# -- the output file -----------------------------------------------------------------------
+
+def done_ids(path: Path) -> set[str]:
+    """Ids already in the output. A last line cut short by a killed run is removed."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with open(path, "r+b") as f:
+            f.truncate(cut)
+        data = data[:cut]
+    ids = set()
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "id" in record:
+            ids.add(str(record["id"]))
+    return ids
+
+
+class RecordWriter:
+    """Appends one JSON line per record, flushed and fsynced, so a killed run loses at most
+    the documents still being generated."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+# -- extract -------------------------------------------------------------------------------
+
+def _load_schema(path: str) -> dict:
+    try:
+        schema = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise GramgenError(f"cannot read the schema {path}: {exc}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise GramgenError(f"{path} is not a JSON Schema (an object or a boolean)")
+    return schema
+
+
+def _validator(schema):
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _template(option: str | None) -> str:
+    if option is None:
+        return DEFAULT_TEMPLATE
+    text = Path(option).read_text(encoding="utf-8") if Path(option).is_file() else option
+    if "{document}" not in text:
+        raise GramgenError("the prompt template must contain {document}")
+    return text
+
+
+def _outcome(doc: Document, result, validator) -> dict:
+    if not result.complete:
+        reason = result.error or f"output incomplete ({result.finish_reason})"
+        return {"id": doc.id, "error": reason, "text": result.text}
+    value = result.value
+    if value is None:   # constrained by --grammar: the text still has to be JSON
+        try:
+            value = json.loads(result.text)
+        except json.JSONDecodeError as exc:
+            return {"id": doc.id, "error": f"output is not JSON: {exc}", "text": result.text}
+    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.path))
+    if errors:
+        where = "/" + "/".join(map(str, errors[0].path))
+        return {"id": doc.id, "error": f"jsonschema: {errors[0].message} at {where}",
+                "text": result.text}
+    return {"id": doc.id, "value": value}
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .grammar import Grammar
+    from .integrations import generate, load_model
+
+    schema = _load_schema(args.schema)
+    validator = _validator(schema)
+    template = _template(args.prompt_template)
+    docs = collect_documents(args.inputs, args.field, args.id_field)
+    out = Path(args.output)
+    already = done_ids(out)
+    todo = [d for d in docs if d.id not in already]
+    print(f"gramgen extract: {len(docs)} documents, {len(docs) - len(todo)} already in {out}",
+          file=sys.stderr)
+    if not todo:
+        return 0
+    model = load_model(args.model, device=args.device)
+    if args.grammar:
+        constraint: dict[str, Any] = {"grammar": Grammar.from_file(args.grammar)}
+    else:
+        constraint = {"schema": schema, "whitespace": args.whitespace}
+    options = dict(max_new_tokens=args.max_new_tokens, chat=not args.no_chat, **constraint)
+    generate(model, [], **options)  # compile (or fail) once, before the first document
+
+    writer = RecordWriter(out)
+    ok = failed = 0
+    bar = tqdm(total=len(todo), unit="doc", file=sys.stderr, dynamic_ncols=True)
+    try:
+        for start in range(0, len(todo), args.batch_size):
+            batch = todo[start:start + args.batch_size]
+            records = {d.id: {"id": d.id, "error": d.error} for d in batch if d.error}
+            readable = [d for d in batch if not d.error]
+            for doc, record in _run_batch(model, readable, template, validator, options):
+                records[doc.id] = record
+            for doc in batch:
+                record = records[doc.id]
+                writer.write(record)
+                ok, failed = ok + ("error" not in record), failed + ("error" in record)
+                bar.update(1)
+            bar.set_postfix(ok=ok, errors=failed)
+    finally:
+        bar.close()
+        writer.close()
+    print(f"gramgen extract: {ok} extracted, {failed} error records, written to {out}",
+          file=sys.stderr)
+    return 0 if failed == 0 else 1
+
+
+def _run_batch(model, docs: list[Document], template: str, validator, options):
+    """(document, record) for each document; a batch that fails is retried one by one so
+    that one bad document only costs its own record."""
+    from .integrations import generate
+
+    if not docs:
+        return []
+    prompts = [template.replace("{document}", d.text) for d in docs]
+    try:
+        results = generate(model, prompts, **options)
+        return [(d, _outcome(d, r, validator)) for d, r in zip(docs, results)]
+    except Exception as exc:  # noqa: BLE001 - every failure becomes an error record
+        if len(docs) == 1:
+            return [(docs[0], {"id": docs[0].id, "error": f"{type(exc).__name__}: {exc}"})]
+    return [pair for d in docs for pair in _run_batch(model, [d], template, validator, options)]
+
+
+# -- check ---------------------------------------------------------------------------------
+
+def _byte_vocabulary():
+    """256 one-byte tokens and an EOS: lets a matcher check any text without a tokenizer."""
+    from .automata.vocabulary import Vocabulary
+
+    return Vocabulary([bytes([b]) for b in range(256)] + [b""], eos_token_ids=[256], kind="bytes")
+
+
+def grammar_verdict(compiled, text: str) -> str | None:
+    """None when the grammar accepts ``text``, else why not."""
+    from .errors import TokenRejected
+
+    matcher = compiled.matcher()
+    data = text.encode("utf-8")
+    for i, b in enumerate(data):
+        try:
+            matcher.advance(b)
+        except TokenRejected:
+            return f"rejected at byte {i}: {data[max(0, i - 20):i]!r} then {data[i:i + 10]!r}"
+    return None if matcher.is_accepting() else "incomplete (the text stops too early)"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .grammar import Grammar
+    from .runtime import compile as compile_grammar
+
+    schema = _load_schema(args.schema) if args.schema else None
+    validator = _validator(schema) if schema is not None else None
+    if args.grammar:
+        grammar = Grammar.from_file(args.grammar)
+    else:
+        grammar = Grammar.from_json_schema(schema, whitespace=args.whitespace)
+    compiled = compile_grammar(grammar, _byte_vocabulary())
+    total = both = grammar_ok = schema_ok = 0
+    for path in args.data:
+        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            total += 1
+            name = f"{path}:{n}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                print(f"{name}\tnot JSON: {exc}")
+                continue
+            instance = record
+            if args.field is not None:
+                if not isinstance(record, dict) or args.field not in record:
+                    print(f"{name}\tno field {args.field!r}")
+                    continue
+                instance = record[args.field]
+            if isinstance(instance, str) and args.grammar and schema is None:
+                text = instance   # a text record checked against a text grammar
+            else:
+                text = json.dumps(instance, ensure_ascii=False, separators=(",", ":"))
+            g_error = grammar_verdict(compiled, text)
+            s_error = None
+            if validator is not None:
+                first = next(iter(validator.iter_errors(instance)), None)
+                s_error = None if first is None else first.message
+            grammar_ok += g_error is None
+            schema_ok += validator is not None and s_error is None
+            fine = g_error is None and s_error is None
+            both += fine
+            if fine and args.quiet:
+                continue
+            verdict = "grammar: accept" if g_error is None else f"grammar: REJECT ({g_error})"
+            if validator is not None:
+                verdict += ("\tjsonschema: valid" if s_error is None
+                            else f"\tjsonschema: INVALID ({s_error[:200]})")
+            print(f"{name}\t{verdict}")
+    summary = f"{total} records: grammar accepts {grammar_ok}"
+    if validator is not None:
+        summary += f", jsonschema accepts {schema_ok}"
+    print(summary, file=sys.stderr)
+    return 0 if both == total else 1
+
+
+# -- bench ---------------------------------------------------------------------------------
+
+def _repository_root() -> Path | None:
+    for folder in [Path.cwd(), *Path.cwd().parents]:
+        if (folder / "bench" / "__main__.py").is_file() and (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def cmd_bench(bench_args: list[str]) -> int:
+    root = _repository_root()
+    if root is None:
+        raise GramgenError("gramgen bench runs the benchmark of a gramgen repository checkout: "
+                           "run it inside one (bench/ was not found above the current folder)")
+    return subprocess.call([sys.executable, "-m", "bench", *bench_args], cwd=root)
+
+
+# -- entry point ---------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gramgen", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ex = sub.add_parser("extract", help="extract one JSON value per document, constrained by a schema")
+    ex.add_argument("inputs", nargs="+", help="files, folders, globs or .jsonl files")
+    ex.add_argument("--schema", required=True, help="JSON Schema file (constrains and validates)")
+    ex.add_argument("--grammar", help="constrain with this .lark/.gbnf file instead of the schema "
+                                      "(outputs are still validated by --schema)")
+    ex.add_argument("--model", default="smollm2", help="'smollm2' or a Hugging Face model folder")
+    ex.add_argument("-o", "--output", required=True, help="JSONL output, appended (resumable)")
+    ex.add_argument("--prompt-template", help="text or file with {document} (default: a short "
+                                              "extraction instruction)")
+    ex.add_argument("--batch-size", type=int, default=1)
+    ex.add_argument("--max-new-tokens", type=int, default=512)
+    ex.add_argument("--field", default="text", help="the text column of .jsonl inputs")
+    ex.add_argument("--id-field", default="id", help="the id column of .jsonl inputs")
+    ex.add_argument("--whitespace", choices=["compact", "flexible"], default="compact")
+    ex.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    ex.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
+    ex.set_defaults(run=cmd_extract)
+
+    ck = sub.add_parser("check", help="which records of JSONL files a schema (or grammar) accepts")
+    ck.add_argument("data", nargs="+", help=".jsonl files, one record per line")
+    ck.add_argument("--schema", help="JSON Schema file")
+    ck.add_argument("--grammar", help="check with this .lark/.gbnf file instead of the schema's grammar")
+    ck.add_argument("--field", help="check this field of each record instead of the record")
+    ck.add_argument("--whitespace", choices=["compact", "flexible"], default="compact")
+    ck.add_argument("-q", "--quiet", action="store_true", help="print only the records that fail")
+    ck.set_defaults(run=cmd_check)
+
+    # listed for --help; main() forwards everything after "bench" untouched
+    sub.add_parser("bench", help="run `python -m bench ARGS...` of this repository checkout",
+                   add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        try:
+            return cmd_bench(argv[1:])
+        except GramgenError as exc:
+            print(f"gramgen bench: error: {exc}", file=sys.stderr)
+            return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "extract" and args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    if args.command == "check" and not (args.schema or args.grammar):
+        parser.error("check needs --schema or --grammar")
+    try:
+        return args.run(args)
+    except GramgenError as exc:
+        print(f"gramgen {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""The gramgen command: extract (real SmolLM2, resumable, error records), check, bench."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from test_generate import shared_model
+
+from gramgen import cli
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+          "properties": {"name": {"type": "string", "maxLength": 30},
+                         "age": {"type": "integer", "minimum": 0}}}
+# the same language as SCHEMA in compact form: lets extract run before a schema compiler
+PERSON_LARK = r"""
+start: "{\"name\":" STR ",\"age\":" INT "}"
+STR: /"[A-Za-z .'-]{1,30}"/
+INT: /0|[1-9][0-9]{0,2}/
+"""
+PEOPLE = ["Marie Curie was 66 when she died.", "Alan Turing, aged 41, was a mathematician.",
+          "Ada Lovelace lived for 36 years.", "Isaac Newton reached the age of 84.",
+          "Grace Hopper was 85 years old."]
+
+
+@pytest.fixture()
+def workdir(tmp_path):
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    (tmp_path / "person.lark").write_text(PERSON_LARK)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i, text in enumerate(PEOPLE):
+        (docs / f"{i:02d}.txt").write_text(text)
+    return tmp_path
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _extract_args(w: Path, *inputs: str, grammar: bool = True) -> list[str]:
+    args = ["extract", "--schema", str(w / "schema.json"), *inputs, "-o", str(w / "out.jsonl"),
+            "--max-new-tokens", "24"]
+    return args + (["--grammar", str(w / "person.lark")] if grammar else [])
+
+
+def test_collect_documents_from_files_folders_globs_and_jsonl(workdir):
+    (workdir / "more.jsonl").write_text(
+        '{"id": "j1", "body": "Kurt Goedel, 71."}\n\nnot json\n{"id": "j2"}\n[1]\n{"body": "x"}\n')
+    (workdir / "docs" / ".hidden").write_text("skip me")
+    docs = cli.collect_documents([str(workdir / "docs"), str(workdir / "docs" / "0*.txt"),
+                                  str(workdir / "more.jsonl")], field="body", id_field="id")
+    ids = [d.id for d in docs]
+    n = len(PEOPLE)
+    assert ids[:n] == [str(workdir / "docs" / f"{i:02d}.txt") for i in range(n)]   # no duplicates
+    assert ids[n] == "j1" and docs[n].text == "Kurt Goedel, 71."
+    errors = {d.id: d.error for d in docs if d.error}
+    assert set(errors) == {f"{workdir / 'more.jsonl'}:3", "j2", f"{workdir / 'more.jsonl'}:5"}
+    assert docs[-1].id == f"{workdir / 'more.jsonl'}:6" and docs[-1].text == "x"
+    with pytest.raises(cli.GramgenError, match="matches no file"):
+        cli.collect_documents([str(workdir / "nope*.txt")], "text", "id")
+
+
+def test_done_ids_drops_a_cut_last_line(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a", "value": 1}\n{"id": "b", "err')
+    assert cli.done_ids(out) == {"a"}
+    assert out.read_text() == '{"id": "a", "value": 1}\n'
+
+
+def test_extract_writes_validated_values_and_error_records(workdir):
+    shared_model()   # warm the converted-model cache and torch before timing-free CLI use
+    (workdir / "docs" / "broken.txt").write_bytes(b"\xff\xfe not utf-8")
+    (workdir / "rows.jsonl").write_text('{"id": "r1", "text": "Emmy Noether was 53."}\nnot json\n')
+    # an impossible schema for the grammar's outputs: every generated value fails validation
+    strict = dict(SCHEMA, properties=dict(SCHEMA["properties"], age={"type": "integer", "maximum": -1}))
+    (workdir / "strict.json").write_text(json.dumps(strict))
+    args = _extract_args(workdir, str(workdir / "docs" / "0[01].txt"),
+                         str(workdir / "docs" / "broken.txt"), str(workdir / "rows.jsonl"))
+    assert cli.main(args + ["--batch-size", "2"]) == 1   # error records were written
+    records = {r["id"]: r for r in _records(workdir / "out.jsonl")}
+    assert len(records) == 5
+    assert "cannot read" in records[str(workdir / "docs" / "broken.txt")]["error"]
+    assert "not JSON" in records[f"{workdir / 'rows.jsonl'}:2"]["error"]
+    import jsonschema
+
+    good = [r for r in records.values() if "value" in r]
+    assert len(good) == 3
+    for r in good:
+        jsonschema.validate(r["value"], SCHEMA)
+    # validation failures become error records too
+    args = ["extract", "--schema", str(workdir / "strict.json"), "--grammar", str(workdir / "person.lark"),
+            str(workdir / "docs" / "02.txt"), "-o", str(workdir / "strict.jsonl"), "--max-new-tokens", "24"]
+    assert cli.main(args) == 1
+    (record,) = _records(workdir / "strict.jsonl")
+    assert record["error"].startswith("jsonschema:") and "text" in record
+
+
+def test_killed_and_restarted_extract_writes_each_document_once(workdir):
+    shared_model()
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    out = workdir / "out.jsonl"
+    cmd = [sys.executable, "-m", "gramgen.cli", *_extract_args(workdir, str(workdir / "docs"))]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists() and out.read_text().count("\n") >= 2:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the first run finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    first = _records(out)
+    assert 2 <= len(first) < len(PEOPLE)
+    assert cli.main(_extract_args(workdir, str(workdir / "docs"))) == 0
+    ids = [r["id"] for r in _records(out)]
+    assert sorted(ids) == sorted(str(workdir / "docs" / f"{i:02d}.txt") for i in range(len(PEOPLE)))
+    assert ids[:len(first)] == [r["id"] for r in first]
+    assert cli.main(_extract_args(workdir, str(workdir / "docs"))) == 0   # nothing left to do
+    assert len(_records(out)) == len(PEOPLE)
+
+
+def test_extract_with_the_schema_alone(workdir):
+    """The schema constrains generation itself (needs Grammar.from_json_schema)."""
+    import jsonschema
+
+    shared_model()
+    assert cli.main(_extract_args(workdir, str(workdir / "docs" / "00.txt"), grammar=False)
+                    + ["--max-new-tokens", "40"]) in (0, 1)
+    (record,) = _records(workdir / "out.jsonl")
+    if "value" in record:
+        jsonschema.validate(record["value"], SCHEMA)
+    else:
+        assert "incomplete" in record["error"]
+
+
+def test_check_reports_grammar_and_jsonschema_verdicts(workdir, capsys):
+    data = workdir / "data.jsonl"
+    data.write_text('{"name":"A","age":3}\n{"name":"B"}\n{"age":3,"name":"C"}\nnope\n')
+    args = ["check", "--schema", str(workdir / "schema.json"), "--grammar", str(workdir / "person.lark")]
+    assert cli.main(args + [str(data)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("grammar: accept\tjsonschema: valid")
+    assert "grammar: REJECT" in lines[1] and "'age' is a required property" in lines[1]
+    # property order: the compact grammar fixes it, jsonschema does not care
+    assert "grammar: REJECT" in lines[2] and lines[2].endswith("jsonschema: valid")
+    assert "not JSON" in lines[3]
+    good = workdir / "good.jsonl"
+    good.write_text('{"name":"A","age":3}\n{"name":"Bo","age":40}\n')
+    assert cli.main(args + ["-q", str(good)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_check_with_the_schema_alone(workdir, capsys):
+    """The grammar comes from the schema (needs Grammar.from_json_schema)."""
+    data = workdir / "data.jsonl"
+    data.write_text('{"name":"A","age":3}\n{"name":"B","age":-1}\n')
+    assert cli.main(["check", "--schema", str(workdir / "schema.json"), str(data)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "grammar: accept" in lines[0] and "jsonschema: valid" in lines[0]
+    assert "grammar: REJECT" in lines[1] and "jsonschema: INVALID" in lines[1]
+
+
+def test_usage_errors_are_reported_not_raised(workdir, capsys):
+    assert cli.main(["extract", "--schema", str(workdir / "missing.json"), "x", "-o",
+                     str(workdir / "o.jsonl")]) == 2
+    assert "cannot read the schema" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["check", str(workdir / "data.jsonl")])   # needs --schema or --grammar
+
+
+def test_bench_forwards_inside_a_checkout_only(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "--help"]) == 2
+    assert "repository checkout" in capsys.readouterr().err
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["bench", "--help"]) == 0
