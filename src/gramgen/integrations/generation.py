@@ -36,7 +36,7 @@ from .model import Model
 __all__ = ["GenerationResult", "GenerationStats", "generate", "compiled_constraint"]
 
 FINISH_REASONS = ("grammar", "eos", "max_new_tokens")
-_SAMPLERS_LATER = ("asap", "awrs", "smc")
+_SAMPLERS = ("asap", "awrs", "smc")
 
 
 @dataclass
@@ -80,6 +80,8 @@ class GenerationResult:
     stats: GenerationStats = field(default_factory=GenerationStats)
     #: why a complete output has no ``value`` (it failed to parse / validate), else None
     error: str | None = None
+    #: sampler details for asap / awrs / smc (weights, log marginal likelihood, particles)
+    extras: dict = field(default_factory=dict)
 
 
 # -- constraints -------------------------------------------------------------------------
@@ -409,14 +411,14 @@ def to_result(model: Model, row: _Row, is_json: bool, cls: type | None) -> Gener
 
 def _check_options(sampler: str, num_particles, speculative, max_new_tokens: int,
                    temperature: float, top_p, top_k) -> None:
-    if sampler != "constrained":
-        if sampler in _SAMPLERS_LATER:
-            raise GramgenError(f"sampler {sampler!r} is not wired into generate() in this build; "
-                               "use sampler='constrained'")
+    if sampler not in ("constrained", *_SAMPLERS):
         raise GramgenError(f"sampler {sampler!r} is unknown (choose from 'constrained', "
-                           + ", ".join(repr(s) for s in _SAMPLERS_LATER) + ")")
-    if num_particles is not None:
+                           + ", ".join(repr(s) for s in _SAMPLERS) + ")")
+    if num_particles is not None and sampler != "smc":
         raise GramgenError("num_particles applies to sampler='smc' only")
+    if sampler != "constrained" and (temperature not in (0.0, 1.0) or top_p is not None or top_k is not None):
+        raise GramgenError(f"sampler {sampler!r} samples the model at temperature 1: "
+                           "temperature, top_p and top_k apply to sampler='constrained' only")
     if speculative is not None:
         raise GramgenError("speculative decoding is not available in generate() in this build")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -427,6 +429,38 @@ def _check_options(sampler: str, num_particles, speculative, max_new_tokens: int
         raise GramgenError(f"top_p must be in (0, 1], not {top_p}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise GramgenError(f"top_k must be a positive int, not {top_k!r}")
+
+
+def _with_sampler(model: Model, ids: list[list[int]], compiled: CompiledGrammar, sampler: str, *,
+                  max_new_tokens: int, seed: int | None, num_particles: int | None,
+                  is_json: bool, cls: type | None) -> list[GenerationResult]:
+    """asap / awrs / smc through :func:`gramgen.decoding.run_sampler`, one prompt at a time."""
+    import time
+
+    from ..decoding.samplers import run_sampler
+
+    lm = model.as_lm()
+    eos = set(model.vocab.eos_token_ids)
+    out = []
+    for i, prompt_ids in enumerate(ids):
+        t0 = time.perf_counter()
+        options = {"num_particles": num_particles} if sampler == "smc" else {}
+        res = run_sampler(sampler, lm, compiled, prompt_ids, max_new_tokens=max_new_tokens,
+                          seed=None if seed is None else seed + i, **options)
+        tokens = [t for t in res.tokens if t not in eos]
+        row = _Row(matcher=None, prompt=list(prompt_ids))
+        row.tokens, row.logprob = tokens, res.logprob
+        row.finish = "max_new_tokens" if res.finish_reason == "max_new_tokens" else (
+            "eos" if res.complete else "grammar")
+        row.stats.prompt_tokens = len(prompt_ids)
+        row.stats.sampled_tokens = len(res.tokens)
+        row.stats.seconds = time.perf_counter() - t0
+        result = to_result(model, row, is_json, cls)
+        if not res.complete:
+            result.complete, result.value = False, None
+        result.extras = res.extras
+        out.append(result)
+    return out
 
 
 def generate(model: Model, prompt: str | list[str], *, schema: Any = None,
@@ -460,6 +494,10 @@ def generate(model: Model, prompt: str | list[str], *, schema: Any = None,
     if not prompts:
         return []
     ids = [model.prompt_ids(p, chat=chat) for p in prompts]
+    if sampler != "constrained":
+        results = _with_sampler(model, ids, compiled, sampler, max_new_tokens=max_new_tokens, seed=seed,
+                                num_particles=num_particles, is_json=is_json, cls=cls)
+        return results[0] if single else results
     rows = decode(model, ids, compiled, max_new_tokens=max_new_tokens, temperature=temperature,
                   top_p=top_p, top_k=top_k, seed=seed)
     results = [to_result(model, row, is_json, cls) for row in rows]

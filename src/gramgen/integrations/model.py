@@ -120,6 +120,15 @@ class Model:
             return list(tok(text, add_special_tokens=False)["input_ids"])
         return list(tok(prompt)["input_ids"])
 
+    def as_lm(self):
+        """This model as the :class:`gramgen.decoding.LanguageModel` the samplers use
+        (one per Model, so its KV-cache reuse carries across calls)."""
+        if getattr(self, "_lm", None) is None:
+            from ..decoding.lm import TransformersLM
+
+            self._lm = TransformersLM(self.hf_model, self.vocab)
+        return self._lm
+
     def __repr__(self) -> str:
         name = getattr(self.hf_model.config, "_name_or_path", "") or type(self.hf_model).__name__
         return f"Model({name!r}, device={self.device})"

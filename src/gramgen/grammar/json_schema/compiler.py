@@ -393,7 +393,7 @@ class SchemaCompiler:
         if kw == "$ref":
             return {"allOf": [{"$ref": a}, {"$ref": b}]}
         raise SchemaError(f"unsupported: allOf combines two different {kw!r} values that cannot be merged exactly",
-                          self.resolver.pointer(where) + f"/allOf")
+                          self.resolver.pointer(where) + "/allOf")
 
     def _merge_oneofs(self, a: list, b: list, where: Any) -> Any:
         raise SchemaError("unsupported: allOf of two oneOf lists", self.resolver.pointer(where) + "/allOf")
