@@ -119,6 +119,10 @@ def _intersect(a: Ranges, b: Ranges) -> Ranges:
     return tuple(out)
 
 
+intersect_ranges = _intersect
+"""Intersection of two sorted, disjoint code-point range tuples (shared with the JSON Schema frontend)."""
+
+
 def _complement(r: Ranges) -> Ranges:
     out: list[tuple[int, int]] = []
     nxt = 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...errors import GrammarError
 from .. import cpdfa
 from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
-from ..regex import parse_regex
+from ..regex import intersect_ranges as _intersect, parse_regex
 from ..simplify import alt, seq
 
 Ranges = tuple[tuple[int, int], ...]
@@ -22,20 +22,6 @@ _SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: 
 _UNICODE_ESCAPED: Ranges = ((0x00, 0x07), (0x0B, 0x0B), (0x0E, 0x1F))
 """Controls without a short escape: written ``\\u00XX``."""
 _RAW_OK: Ranges = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF))
-
-
-def _intersect(a: Ranges, b: Ranges) -> Ranges:
-    out = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if lo <= hi:
-            out.append((lo, hi))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return tuple(out)
 
 
 def _hex_digit(lo: int, hi: int) -> Regex:
