@@ -152,6 +152,9 @@ DIFFERENTIAL = [
     {"oneOf": [{"required": ["a"]}, {"required": ["b"]}], "properties": {"a": {}, "b": {}}, "type": "object"},
     {"type": "array", "contains": {"type": "string"}, "minContains": 2, "maxContains": 3, "maxItems": 5},
     {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}},
+    {"not": {"oneOf": [{"type": "integer"}, {"minimum": 2}, {"type": "string", "maxLength": 1}]}},
+    {"allOf": [{"oneOf": [{"type": "integer"}, {"minimum": 2}]}, {"oneOf": [{"maximum": 3}, {"type": "array"}]}]},
+    {"allOf": [{"type": "object", "x-editor-hint": "a"}, {"required": ["a"], "x-editor-hint": "b"}]},
 ]
 CANDIDATES = [None, True, 1, 2, 3, 6, -3, 2.5, "x", "ab", "abc", "ba", [], ["a"], ["a", "b"], [1, "a", "b"],
               ["a", 1, "b", "c"], ["a", "b", "c", "d"], [1, 7], [1, 2], {}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2},

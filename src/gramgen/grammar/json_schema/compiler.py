@@ -260,6 +260,8 @@ class SchemaCompiler:
             for kw, val in part.items():
                 if kw in ANNOTATIONS or kw in _STRUCTURE:
                     continue
+                if kw not in SUPPORTED and kw not in KNOWN_UNSUPPORTED and not kw.startswith("__"):
+                    continue  # an extension keyword (x-..., editor hints): validators ignore it
                 if kw not in merged:
                     merged[kw] = val
                     continue
@@ -396,7 +398,11 @@ class SchemaCompiler:
                           self.resolver.pointer(where) + "/allOf")
 
     def _merge_oneofs(self, a: list, b: list, where: Any) -> Any:
-        raise SchemaError("unsupported: allOf of two oneOf lists", self.resolver.pointer(where) + "/allOf")
+        """Exactly one of A and exactly one of B = exactly one of the pairs (A_i and B_j)."""
+        if len(a) * len(b) > 64:
+            raise SchemaError(f"unsupported: allOf of two oneOf lists ({len(a)} x {len(b)} pairs, limit 64)",
+                              self.resolver.pointer(where) + "/allOf")
+        return [{"allOf": [x, y]} for x in a for y in b]
 
     def _merge_format(self, a: str, b: str, where: Any) -> Any:
         raise SchemaError(f"unsupported: allOf combines formats {a!r} and {b!r}",
@@ -535,6 +541,11 @@ class SchemaCompiler:
             return [v]
         if kw == "anyOf":
             return [{"allOf": [self.negate(b, depth + 1) for b in v]}]
+        if kw == "oneOf":  # none matches, or two (or more) do
+            if len(v) > 6:
+                raise _NotExpressible(f"`oneOf` with {len(v)} branches cannot be negated (limit 6)")
+            none = {"allOf": [self.negate(b, depth + 1) for b in v]}
+            return [none, *({"allOf": [v[i], v[j]]} for i in range(len(v)) for j in range(i + 1, len(v)))]
         if kw == "properties":
             return [{"type": "object", "required": [k], "properties": {k: self.negate(sub, depth + 1)}}
                     for k, sub in v.items()]
