@@ -19,7 +19,7 @@ the list of references, rolling back truncates it.
 from __future__ import annotations
 
 from ..errors import GrammarError
-from ..grammar.ir import GrammarIR
+from ..grammar.ir import GrammarIR, productive_symbols
 
 END = -1  # item_next value of a completed item
 _EMPTY: frozenset = frozenset()
@@ -408,14 +408,7 @@ def horizon_view(chart: list, j: int, depth: int) -> list:
 
 def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, tuple[str, ...]]]:
     """Rules whose every symbol can derive some string; an empty language is an error."""
-    productive = set(live_lexemes)
-    changed = True
-    while changed:
-        changed = False
-        for r in ir.rules:
-            if r.lhs not in productive and all(s in productive for s in r.rhs):
-                productive.add(r.lhs)
-                changed = True
+    productive = productive_symbols(ir.rules, live_lexemes)
     if ir.start not in productive:
         raise GrammarError(f"the grammar's language is empty (start symbol {ir.start!r} "
                            "derives no string)", source=ir.source)

@@ -121,6 +121,20 @@ class Rule:
     rhs: tuple[str, ...]
 
 
+def productive_symbols(rules: list[Rule], terminals) -> set[str]:
+    """The symbols that derive some finite string: ``terminals`` and every nonterminal
+    with a rule whose symbols are all productive (least fixed point)."""
+    productive = set(terminals)
+    changed = True
+    while changed:
+        changed = False
+        for r in rules:
+            if r.lhs not in productive and all(s in productive for s in r.rhs):
+                productive.add(r.lhs)
+                changed = True
+    return productive
+
+
 @dataclass
 class GrammarIR:
     """A context-free grammar over lexemes.

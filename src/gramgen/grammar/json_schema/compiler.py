@@ -17,7 +17,7 @@ from typing import Any
 
 from ...errors import CompileLimitError, GrammarError, SchemaError
 from .. import cpdfa
-from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal
+from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
 from . import numbers, strings
 from .loader import Resolver, draft_of, read_schema
@@ -55,10 +55,6 @@ BLOCK = 64
 MAX_STRING_LENGTH = 1_000_000
 MAX_UNROLL = 1_000
 MAX_MERGE_DEPTH = 32
-
-
-class _Empty(Exception):
-    """The (sub)schema accepts nothing."""
 
 
 class _NotExpressible(Exception):
@@ -140,6 +136,19 @@ class SchemaCompiler:
             return seq([self.ws, literal(ch)])
         return seq([self.ws, literal(ch), self.ws])
 
+    def brackets(self, open_ch: str, close_ch: str) -> tuple[str, str, str]:
+        """Lexemes for an opening bracket, its closing one and the comma (with the
+        whitespace policy around them)."""
+        names = {"{": "LBRACE", "}": "RBRACE", "[": "LBRACK", "]": "RBRACK", ",": "COMMA"}
+        return tuple(self._piece(("punct", c), lambda c=c: self.punct(c), names[c])
+                     for c in (open_ch, close_ch, ","))
+
+    def _piece(self, key: tuple, make, hint: str) -> str:
+        """One lexeme per distinct piece (``key``), built once by ``make``."""
+        if key not in self._pieces:
+            self._pieces[key] = self.lex(make(), hint)
+        return self._pieces[key]
+
     # -------------------------------------------------------------- entry
 
     def build(self) -> GrammarIR:
@@ -180,10 +189,7 @@ class SchemaCompiler:
             return sym
         name = self.fresh("v")
         self._memo[key] = name  # recursion through $ref refers back to this name
-        try:
-            alternatives = self._alternatives(node)
-        except _Empty:
-            alternatives = []
+        alternatives = self._alternatives(node)
         if not alternatives:
             self._memo[key] = None
             return None
@@ -707,8 +713,6 @@ class SchemaCompiler:
         step = dec("multipleOf")
         if step is not None and step <= 0:
             raise SchemaError("multipleOf must be > 0", self.resolver.pointer(node) + "/multipleOf")
-        if isinstance(node.get("multipleOf"), Decimal):
-            step = node["multipleOf"]
         if integer and node.get("__not_integer__"):
             return []
         rx = numbers.number_regex(integer, lo, hi, xlo, xhi, step)
@@ -796,23 +800,18 @@ class SchemaCompiler:
         char = strings.ANY_JSON_CHAR
         quote = literal('"')
 
-        def shared(key, make, hint: str) -> str:  # one lexeme per distinct piece
-            if key not in self._pieces:
-                self._pieces[key] = self.lex(make(), hint)
-            return self._pieces[key]
-
-        block = shared(("block",), lambda: Repeat(char, BLOCK, BLOCK), "BLOCK")
+        block = self._piece(("block",), lambda: Repeat(char, BLOCK, BLOCK), "BLOCK")
         top = self.fresh("longstr")
         states = [self.fresh("longstr") for _ in range((hi if hi is not None else lo) // BLOCK + 1)]
-        self.rule(top, shared(("quote",), lambda: quote, "QUOTE"), states[0])
+        self.rule(top, self._piece(("quote",), lambda: quote, "QUOTE"), states[0])
         for q, s in enumerate(states):
             t_lo = max(0, lo - BLOCK * q)
             if hi is None and q == len(states) - 1:
-                self.rule(s, shared(("tail", t_lo, None), lambda: seq([Repeat(char, t_lo, None), quote]), "TAIL"))
+                self.rule(s, self._piece(("tail", t_lo, None), lambda: seq([Repeat(char, t_lo, None), quote]), "TAIL"))
                 continue
             t_hi = BLOCK - 1 if hi is None else min(BLOCK - 1, hi - BLOCK * q)
             if t_lo <= t_hi:
-                self.rule(s, shared(("tail", t_lo, t_hi), lambda: seq([Repeat(char, t_lo, t_hi), quote]), "TAIL"))
+                self.rule(s, self._piece(("tail", t_lo, t_hi), lambda: seq([Repeat(char, t_lo, t_hi), quote]), "TAIL"))
             if q + 1 < len(states):
                 self.rule(s, block, states[q + 1])
         return top
@@ -903,8 +902,7 @@ class SchemaCompiler:
         last = hi if hi is not None else max(len(prefix), lo, 1)
         if last * (cap + 1) > MAX_UNROLL * 4 or last > MAX_UNROLL:
             raise CompileLimitError(f"array bounds need {last} x {cap + 1} states (limit {MAX_UNROLL})")
-        open_, close, comma = (self.lex(self.punct(c), n) for c, n in (("[", "LBRACK"), ("]", "RBRACK"),
-                                                                        (",", "COMMA")))
+        open_, close, comma = self.brackets("[", "]")
         names: dict[tuple[int, int], str] = {}
         todo: list[tuple[int, int]] = []
 
@@ -1030,8 +1028,7 @@ class SchemaCompiler:
         """Declared properties in schema order (optional ones may be skipped), then extra
         keys; ``state(i, c)`` = at entry i with c properties so far (saturating at K)."""
         colon = self.punct(":")
-        open_, close, comma = (self.lex(self.punct(c), n) for c, n in (("{", "LBRACE"), ("}", "RBRACE"),
-                                                                        (",", "COMMA")))
+        open_, close, comma = self.brackets("{", "}")
         cap = max(1, min_p, max_p or 0)
         if cap > MAX_UNROLL:
             raise CompileLimitError(f"min/maxProperties {cap} is above the limit {MAX_UNROLL}")
@@ -1077,8 +1074,7 @@ class SchemaCompiler:
             raise CompileLimitError(f"property_order='any' with {len(entries)} properties "
                                     "(limit 8: every subset becomes a state)")
         colon = self.punct(":")
-        open_, close, comma = (self.lex(self.punct(c), n) for c, n in (("{", "LBRACE"), ("}", "RBRACE"),
-                                                                        (",", "COMMA")))
+        open_, close, comma = self.brackets("{", "}")
         kv = []
         for name, sym, _ in entries:
             k = self.fresh("kv")
@@ -1150,13 +1146,12 @@ class SchemaCompiler:
     # ---- any JSON value
 
     def any_value(self) -> str:
-        if "__any__" in self._memo_names:
-            return self._memo_names["__any__"]
+        if ("any",) in self._pieces:
+            return self._pieces[("any",)]
         v = self.fresh("any")
-        self._memo_names["__any__"] = v
-        open_o, close_o, open_a, close_a, comma = (
-            self.lex(self.punct(c), n) for c, n in (("{", "LBRACE"), ("}", "RBRACE"), ("[", "LBRACK"),
-                                                    ("]", "RBRACK"), (",", "COMMA")))
+        self._pieces[("any",)] = v
+        open_o, close_o, comma = self.brackets("{", "}")
+        open_a, close_a, _ = self.brackets("[", "]")
         scalar = self.lex(alt([literal("null"), literal("true"), literal("false"), numbers.NUMBER,
                                strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None))]), "SCALAR")
         key = self.lex(seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)), self.punct(":")]), "KEY")
@@ -1171,12 +1166,6 @@ class SchemaCompiler:
         self.rule(elements, v)
         self.rule(elements, elements, comma, v)
         return v
-
-    @property
-    def _memo_names(self) -> dict[str, str]:
-        if not hasattr(self, "_names_store"):
-            self._names_store: dict[str, str] = {}
-        return self._names_store
 
 
 # ------------------------------------------------------------------ helpers
@@ -1236,10 +1225,7 @@ def _types_of(node: dict) -> frozenset[str]:
 def _intersect_types(a: set[str], b: set[str]) -> set[str]:
     def expand(s):
         return s | ({"integer"} if "number" in s else set())
-    both = expand(a) & expand(b)
-    if "number" in both:
-        return both
-    return both
+    return expand(a) & expand(b)
 
 
 def _type_name(v: Any) -> str:
@@ -1328,14 +1314,7 @@ def _strip_internal(node: Any) -> Any:
 def _prune_unproductive(ir: GrammarIR) -> GrammarIR:
     """Drop rules using nonterminals that derive no finite string (e.g. a required
     recursive property): they would only slow the parser and leave dead ends."""
-    productive = set(ir.lexemes)
-    changed = True
-    while changed:
-        changed = False
-        for r in ir.rules:
-            if r.lhs not in productive and all(s in productive for s in r.rhs):
-                productive.add(r.lhs)
-                changed = True
+    productive = productive_symbols(ir.rules, ir.lexemes)
     if ir.start not in productive:
         raise SchemaError("the schema accepts no finite JSON value", "")
     rules = [r for r in ir.rules if r.lhs in productive and all(s in productive for s in r.rhs)]
