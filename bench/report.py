@@ -288,6 +288,8 @@ def markdown(results: dict) -> str:
              f"{', '.join(f'{x:.2f}' for x in meta.get('loadavg_end', []))}")
     L.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
     L.append(f"- Threads: {meta['threads']}")
+    if meta.get("gc"):
+        L.append(f"- Garbage collector: {meta['gc']}")
     lim = meta.get("limits_seconds", {})
     if lim:
         L.append("- Time limits (s): " + ", ".join(f"{k} {v:g}" for k, v in lim.items()))

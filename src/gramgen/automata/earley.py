@@ -18,6 +18,8 @@ the list of references, rolling back truncates it.
 
 from __future__ import annotations
 
+import itertools
+
 from ..errors import GrammarError
 from ..grammar.ir import GrammarIR, productive_symbols
 
@@ -39,7 +41,33 @@ class _BeyondHorizon:
 
 
 BEYOND = _BeyondHorizon()
-_OPAQUE = "?"
+_OPAQUE = -2  # the signature of a set beyond a horizon
+_SELF = -1    # a set's reference to itself in its own signature
+
+
+class Interner:
+    """Numbers signatures: equal keys get the same int, and a number is never reused.
+
+    Signatures are nested tuples of ints, so the garbage collector stops tracking them
+    after they survive one collection and they cost nothing in later full collections.
+    Past ``limit`` keys the table starts afresh; numbers keep increasing, so an old number
+    can never be confused with a new one: only sharing is lost, never correctness.
+    """
+
+    __slots__ = ("_ids", "_next", "_limit")
+
+    def __init__(self, limit: int = 1_000_000):
+        self._ids: dict = {}
+        self._next = itertools.count()
+        self._limit = limit
+
+    def __call__(self, key) -> int:
+        found = self._ids.get(key)
+        if found is None:
+            if len(self._ids) >= self._limit:
+                self._ids = {}
+            found = self._ids.setdefault(key, next(self._next))
+        return found
 
 
 class EarleySet:
@@ -116,6 +144,17 @@ class ParserTables:
             self.item_lhs.append(nt_index[lhs])
             self.item_rule.append(r)
         self.accept_item = self.rule_first[0] + 1
+        # items with the same left-hand side and the same symbols left to match have the same
+        # future from the same origin (``S -> "," . v`` and ``S -> S "," . v``): signatures
+        # name items by this class, so contexts that differ only there share their caches
+        classes: dict = {}
+        self.item_class: list[int] = []
+        for i, nxt in enumerate(self.item_next):
+            end = i
+            while self.item_next[end] != END:
+                end += 1
+            key = (self.item_lhs[i], tuple(self.item_next[i:end])) if i != self.accept_item else "accept"
+            self.item_class.append(classes.setdefault(key, len(classes)))
         # what a set's future depends on: items still waiting for something, and acceptance
         self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
 
@@ -129,24 +168,26 @@ class ParserTables:
             [sum(1 << b for b, t in enumerate(row) if t >= 0) for row in d.rows] for d in lex_dfas
         ]
         self._predictions: dict = {}
+        self.follow_lexemes = self._follow_lexemes()
         self.follow_bytes = self._follow_bytes()
 
-    def _follow_bytes(self) -> list[int]:
-        """For each lexeme, a bitmask of the bytes that can come right after it ends.
+    def _follow_lexemes(self) -> list[int]:
+        """For each lexeme, the set (a bitmask over lexemes) of lexemes that can start right
+        where it ends.
 
-        A static over-approximation (FIRST/FOLLOW over the grammar, ignored lexemes may
-        follow anything), so a token that would end a lexeme and continue with a byte
-        outside it can be ruled out without the parser: ``abc`` cannot end NAME at ``a``
-        when NAME is never directly followed by a letter.
+        A static over-approximation (FIRST/FOLLOW over the grammar; ignored lexemes may
+        follow any lexeme and be followed by any), so a token that would end a lexeme and
+        go on with something no follower can start is ruled out without the parser:
+        ``abc`` cannot end NAME at ``a`` when NAME is never directly followed by a lexeme
+        starting with a letter. See :attr:`follow_bytes` and ``automata.lexer_automaton``.
         """
         N = self.n_nonterminals
         n_lex = len(self.lex_dfas)
         n_sym = N + n_lex
         item_next, nullable = self.item_next, self.nullable
-        first = [0] * N + [self.lex_first_bytes[k][0] if self.lex_dfas[k].n_states else 0
-                           for k in range(n_lex)]
+        first = [0] * N + [1 << k if self.lex_dfas[k].n_states else 0 for k in range(n_lex)]
         bodies = []
-        for r, start in enumerate(self.rule_first):
+        for start in self.rule_first:
             end = start
             while item_next[end] != END:
                 end += 1
@@ -170,7 +211,7 @@ class ParserTables:
                     changed = True
         ignored = 0
         for k in self.ignore_lexemes:
-            ignored |= first[N + k]
+            ignored |= 1 << k
         follow = [0] * n_sym
         changed = True
         while changed:
@@ -184,8 +225,24 @@ class ParserTables:
                     if f & ~follow[sym]:
                         follow[sym] |= f
                         changed = True
-        everything = (1 << 256) - 1
-        return [everything if self.is_ignore[k] else follow[N + k] for k in range(n_lex)]
+        everything = (1 << n_lex) - 1
+        return [everything if self.is_ignore[k] else follow[N + k] | ignored for k in range(n_lex)]
+
+    def _follow_bytes(self) -> list[int]:
+        """For each lexeme, a bitmask of the bytes that can come right after it ends: the
+        first bytes of the lexemes that may follow it (see :meth:`_follow_lexemes`)."""
+        starts = [self.lex_first_bytes[k][0] if d.n_states else 0 for k, d in enumerate(self.lex_dfas)]
+        out = []
+        for mask in self.follow_lexemes:
+            acc = 0
+            k = 0
+            while mask:
+                if mask & 1:
+                    acc |= starts[k]
+                mask >>= 1
+                k += 1
+            out.append(acc)
+        return out
 
     def _nullable(self, N: int, lex_nullable: list[bool]) -> list[bool]:
         """nullable[symbol] for every symbol code."""
@@ -312,6 +369,30 @@ class ParserTables:
             return EarleySet(_EMPTY, _NO_PRED, _NO_PRED, new_scans)
         return self._closure(chart, len(chart), agenda, new_scans)
 
+    @staticmethod
+    def inside_lexeme(lexeme: int, state: int, origins) -> EarleySet:
+        """The set of a position inside one lexeme and nothing else: no items, one scan."""
+        return EarleySet(_EMPTY, _NO_PRED, _NO_PRED, {(lexeme, state): origins})
+
+    def completes_within(self, chart: list, lexeme: int, origins) -> bool:
+        """Whether completing ``lexeme`` (being matched from ``origins``) right after the
+        last set of ``chart`` stays inside the chart's horizon (see :func:`horizon_view`).
+
+        The completion does the same work whatever byte ends the lexeme, so when this is
+        False every token that ends this scan's lexeme reaches beyond the horizon."""
+        agenda: list = []
+        try:
+            if self.is_ignore[lexeme]:
+                for o in origins:
+                    agenda.extend(chart[o].items)
+            else:
+                for o in origins:
+                    _advance_over(agenda, chart[o], self.n_nonterminals + lexeme, o)
+            self._closure(chart, len(chart), agenda, {})
+        except HorizonExceeded:
+            return False
+        return True
+
     def allowed_bytes(self, s: EarleySet) -> int:
         """Bitmask of the bytes that can follow ``s`` (exact: symbols are productive)."""
         nb = s.next_bytes
@@ -326,24 +407,25 @@ class ParserTables:
     def is_accepting(self, s: EarleySet) -> bool:
         return (self.accept_item, 0) in s.items
 
-    def signature(self, chart: list, j: int, intern: dict):
-        """A hashable value equal for two sets iff their futures are identical.
+    def signature(self, chart: list, j: int, intern: Interner) -> int:
+        """A number equal for two sets iff their futures are identical.
 
         The future of a set depends on its kernel items (those not predicted here), its
         scans, and, through origins, on the sets those refer to; origins are replaced by
-        their own (interned) signatures, so equal signatures mean isomorphic charts.
+        their own signatures, so equal signatures mean isomorphic charts.
         """
-        sig = self.signature_of(chart[j], j, lambda o: chart[o].sig)
-        return intern.setdefault(sig, sig)
+        return intern(self.signature_of(chart[j], j, lambda o: chart[o].sig))
 
-    def signature_of(self, s: EarleySet, j: int, sig_of) -> frozenset:
-        """The relevant content of set ``s`` (at position ``j``) with every other set it
-        refers to replaced by ``sig_of(position)``; the set itself is written ``None``."""
-        relevant = self.relevant_item
-        parts = [(it, None if o == j else sig_of(o)) for it, o in s.items if relevant[it]]
+    def signature_of(self, s: EarleySet, j: int, sig_of) -> tuple:
+        """The relevant content of set ``s`` (at position ``j``) as a sorted tuple, with
+        every other set it refers to replaced by ``sig_of(position)``; the set itself is
+        written ``_SELF``."""
+        relevant, cls = self.relevant_item, self.item_class
+        parts = list({(cls[it], _SELF if o == j else sig_of(o)) for it, o in s.items if relevant[it]})
         for (k, q), origins in s.scans.items():
-            parts.append((-1 - k, q, frozenset(None if o == j else sig_of(o) for o in origins)))
-        return frozenset(parts)
+            parts.append((-1 - k, q, tuple(sorted({_SELF if o == j else sig_of(o) for o in origins}))))
+        parts.sort()
+        return tuple(parts)
 
 
 def _advance_over(agenda: list, s: EarleySet, sym: int, origin: int) -> None:
@@ -367,8 +449,8 @@ class LocalSignatures:
     A set always sits on the same chart prefix, so its local signatures are stored on it.
     """
 
-    def __init__(self, tables: "ParserTables", chart: list, j: int):
-        self.tables, self.chart, self.j = tables, chart, j
+    def __init__(self, tables: "ParserTables", chart: list, j: int, intern: Interner):
+        self.tables, self.chart, self.j, self.intern = tables, chart, j, intern
 
     def at(self, depth: int):
         return self._sig(self.j, depth)
@@ -382,7 +464,7 @@ class LocalSignatures:
             local = st.local = {}
         found = local.get(d)
         if found is None:
-            found = local[d] = self.tables.signature_of(st, idx, lambda o: self._sig(o, d - 1))
+            found = local[d] = self.intern(self.tables.signature_of(st, idx, lambda o: self._sig(o, d - 1)))
         return found
 
 

@@ -8,11 +8,13 @@ from collections import OrderedDict
 import numpy as np
 
 from ..automata.dfa import compile_regex
-from ..automata.earley import ParserTables
+from ..automata.earley import Interner, ParserTables
 from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, sink_table
+from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..errors import GrammarError
 from ..grammar.grammar import Grammar
+from . import bitmask
 
 
 class CompiledGrammar:
@@ -23,8 +25,13 @@ class CompiledGrammar:
     values that are a pure function of their key, so concurrent matchers can share them.
     """
 
+    #: ``precompute=None`` classifies the vocabulary for every lexeme state at compile time
+    #: when the lexemes have at most this many DFA states in all (JSON has 56): one pass over
+    #: the vocabulary each, paid once instead of on the first masks of a generation
+    AUTO_PRECOMPUTE_STATES = 64
+
     def __init__(self, grammar: Grammar, vocab, *, max_dfa_states: int = 10_000,
-                 mask_cache_size: int = 4096):
+                 mask_cache_size: int = 4096, precompute: bool | None = None):
         self.grammar = grammar
         self.vocab = vocab
         ir = grammar.ir
@@ -45,14 +52,19 @@ class CompiledGrammar:
         self.follow_masks = [np.unpackbits(np.frombuffer(f.to_bytes(32, "little"), dtype=np.uint8),
                                       bitorder="little").astype(bool)
                         for f in self.tables.follow_bytes]
+        self.lexer = LexerAutomaton(self.tables)
         self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
         self._mask_cache: OrderedDict = OrderedDict()
         self._exit_cache: OrderedDict = OrderedDict()
         self._mask_cache_size = mask_cache_size
-        self._intern: dict = {}
+        self._intern = Interner()
         self._lock = threading.Lock()
         self._initial = self.tables.initial_set()
         self._initial.sig = self.tables.signature([self._initial], 0, self._intern)
+        if precompute is None:
+            precompute = sum(d.n_states for d in self.tables.lex_dfas) <= self.AUTO_PRECOMPUTE_STATES
+        if precompute:
+            self.precompute()
 
     def matcher(self):
         """A fresh :class:`~gramgen.Matcher` at the start of the language."""
@@ -68,9 +80,23 @@ class CompiledGrammar:
         if found is None:
             table, acc = self.sink_tables[lexeme]
             found = classify_tokens(self.token_table, table, acc, state, self.follow_masks[lexeme])
+            if found.n_exits:
+                found = self._drop_hopeless_exits(found, lexeme, state)
             with self._lock:
                 self._lexeme_tokens.setdefault(key, found)
         return found
+
+    def _drop_hopeless_exits(self, found: LexemeTokens, lexeme: int, state: int) -> LexemeTokens:
+        """Exit tokens whose rest cannot be cut into lexemes that may follow one another
+        are rejected in every context (see ``automata.lexer_automaton``)."""
+        tt = self.token_table
+        ranks = np.flatnonzero(bitmask.unpack(found.exits, len(tt.sorted_bytes)))
+        alive = self.lexer.alive(tt, self.lexer.state_of([(lexeme, state)]), ranks)
+        if alive.all():
+            return found
+        keep = np.zeros(len(tt.sorted_bytes), dtype=bool)
+        keep[ranks[alive]] = True
+        return LexemeTokens(inside=found.inside, exits=bitmask.pack(keep), n_exits=int(alive.sum()))
 
     def cached_mask(self, sig):
         words = self._mask_cache.get(sig)
@@ -86,8 +112,6 @@ class CompiledGrammar:
             self._mask_cache[sig] = words
             while len(self._mask_cache) > self._mask_cache_size:
                 self._mask_cache.popitem(last=False)
-            if len(self._intern) > 1_000_000:
-                self._intern.clear()  # only loses sharing, never correctness
 
     def cached_exits(self, key):
         return self._exit_cache.get(key)
@@ -98,7 +122,7 @@ class CompiledGrammar:
             while len(self._exit_cache) > self._mask_cache_size:
                 self._exit_cache.popitem(last=False)
 
-    def intern(self) -> dict:
+    def intern(self) -> Interner:
         return self._intern
 
     def precompute(self) -> None:
@@ -109,7 +133,13 @@ class CompiledGrammar:
 
 
 def compile(grammar: Grammar, vocab, **options) -> CompiledGrammar:
-    """Compile ``grammar`` for ``vocab`` (a :class:`~gramgen.Vocabulary`)."""
+    """Compile ``grammar`` for ``vocab`` (a :class:`~gramgen.Vocabulary`).
+
+    Options: ``precompute`` (True: classify the vocabulary for every lexeme state now;
+    False: on first use; None, the default: now only for small lexicons, see
+    :attr:`CompiledGrammar.AUTO_PRECOMPUTE_STATES`), ``max_dfa_states`` (per lexeme, else
+    :class:`~gramgen.GrammarError`), ``mask_cache_size`` (masks kept per compiled grammar).
+    """
     if not isinstance(grammar, Grammar):
         raise TypeError(f"compile() expects a gramgen.Grammar, got {type(grammar).__name__}")
     return CompiledGrammar(grammar, vocab, **options)

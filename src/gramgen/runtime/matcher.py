@@ -256,19 +256,27 @@ class Matcher:
         pair; ``"}]`` goes further), so the walk runs on views of the chart cut at growing
         horizons. What a view decides is cached under the local signature of that horizon
         and reused in every context that agrees up to it; the tokens it cannot decide go
-        on to the next horizon, and finally to the whole chart.
+        on to the next horizon, and finally to the whole chart. A horizon at which ending
+        any of the current lexemes already looks beyond it decides nothing and is skipped
+        without a walk.
         """
         cg = self._cg
         chart = self._chart
         j = len(chart) - 1
         ranks = cands  # then the tokens left undecided by each horizon
-        local = LocalSignatures(self._tables, chart, j)
+        local = LocalSignatures(self._tables, chart, j, cg.intern())
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
+        cur = chart[j]
+        exiting = [(k, origins) for (k, q), origins in cur.scans.items() if cg.lexeme_tokens(k, q).n_exits]
         for depth in _HORIZONS:
             key = (depth, local.at(depth))
             entry = cg.cached_exits(key)
             if entry is None:
-                found, undecided = self._walk_exits(horizon_view(chart, j, depth), ranks)
+                view = horizon_view(chart, j, depth)
+                if any(self._tables.completes_within(view, k, origins) for k, origins in exiting):
+                    found, undecided = self._walk_exits(view, ranks)
+                else:  # every exit token ends a lexeme whose completion looks further back
+                    found, undecided = [], list(ranks)
                 entry = (self._pack_ranks(found), undecided)
                 cg.store_exits(key, entry)
             out |= entry[0]
@@ -304,7 +312,10 @@ class Matcher:
 
         rows, accept, follow = tables.lex_rows, tables.lex_accept, tables.follow_bytes
 
-        def walk(rs: list[int], lo: int, hi: int, depth: int, checked: bool = False) -> None:
+        def walk(rs: list[int], lo: int, hi: int, depth: int, checked: bool = False,
+                 base: int = 0) -> None:
+            """The tokens rs[lo:hi] share their bytes base..depth-1 (and are sorted by their
+            bytes from ``base`` on); chart[-1] is the set after those bytes."""
             cur = chart[-1]
             if depth and not checked:
                 # A token whose rest keeps one of the current lexemes alive is allowed, and
@@ -314,7 +325,11 @@ class Matcher:
                 lo, hi = 0, len(rs)
                 if not hi:
                     return
+            if not cur.items and len(cur.scans) == 1 and hi - lo >= 4:
+                jump(rs[lo:hi], depth)
+                return
             allowed = tables.allowed_bytes(cur)
+            by = key if base == 0 else (lambda r: sorted_bytes[r][base:])
             i = lo
             while i < hi:
                 r = rs[i]
@@ -324,9 +339,9 @@ class Matcher:
                     i += 1
                     continue
                 b = data[depth]
-                # the tokens sharing data[:depth+1] are contiguous: find the first that doesn't
-                succ = successor(data[: depth + 1])
-                j = hi if succ is None else bisect.bisect_left(rs, succ, i + 1, hi, key=key)
+                # the tokens sharing data[base:depth+1] are contiguous: find the first that doesn't
+                succ = successor(data[base: depth + 1])
+                j = hi if succ is None else bisect.bisect_left(rs, succ, i + 1, hi, key=by)
                 if (allowed >> b) & 1:
                     try:
                         s = tables.step(chart, b)
@@ -335,9 +350,56 @@ class Matcher:
                         s = None
                     if s is not None:
                         chart.append(s)
-                        walk(rs, i, j, depth + 1)
+                        walk(rs, i, j, depth + 1, base=base)
                         chart.pop()
                 i = j
+
+        def jump(group: list[int], depth: int) -> None:
+            """chart[-1] is inside one lexeme and nothing else, so until that lexeme can end
+            the parser only moves its DFA: run the DFA over every token at once, and take a
+            parser step only at the byte where a token first completes the lexeme. Tokens
+            completing it at the same byte from the same DFA state share that step and the
+            walk of their rests, whatever their bytes before it."""
+            (k, q), origins = next(iter(chart[-1].scans.items()))
+            table, acc = cg.sink_tables[k]
+            sink = table.shape[0] - 1
+            arr = np.asarray(group, dtype=np.int64)
+            lengths = tt.lengths[arr]
+            idx = np.arange(arr.shape[0])
+            st = np.full(arr.shape[0], q, dtype=np.int32)
+            n0 = len(chart)
+            for pos in range(depth, tt.max_len):
+                more = lengths[idx] > pos  # a token that ends inside the lexeme was found already
+                idx, st = idx[more], st[more]
+                if not idx.size:
+                    break
+                col = tt.columns[pos][arr[idx]]
+                nxt = table[st, col]
+                live = nxt != sink
+                idx, st, col, nxt = idx[live], st[live], col[live], nxt[live]
+                done = acc[nxt]
+                if done.any():
+                    codes = st[done].astype(np.int64) * 256 + col[done]
+                    members = idx[done]
+                    for code in np.unique(codes).tolist():
+                        s_before, b = divmod(code, 256)
+                        ranks = sorted(arr[members[codes == code]].tolist(),
+                                       key=lambda r: sorted_bytes[r][pos + 1:])
+                        if pos > depth:
+                            chart.extend([tables.inside_lexeme(k, s_before, origins)] * (pos - depth))
+                        try:
+                            s = tables.step(chart, b)
+                        except HorizonExceeded:
+                            undecided.extend(ranks)
+                            s = None
+                        if s is not None:
+                            chart.append(s)
+                            walk(ranks, 0, len(ranks), pos + 1, base=pos + 1)
+                        del chart[n0:]
+                    keep = ~done
+                    idx, st = idx[keep], nxt[keep]
+                else:
+                    st = nxt
 
         def lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
             """Decide tokens that stay inside a lexeme or die; return those that may end one."""
@@ -379,7 +441,13 @@ class Matcher:
             arr = arr[np.unpackbits(nxt, bitorder="little").view(bool)[tt.columns[depth][arr]]]
             alive = np.zeros(arr.shape[0], dtype=bool)
             may = np.zeros(arr.shape[0], dtype=bool)
+            present = np.zeros(256, dtype=bool)
+            present[tt.columns[depth][arr]] = True
+            present_bits = int.from_bytes(np.packbits(present, bitorder="little").tobytes(), "little")
+            first_bytes = tables.lex_first_bytes
             for k, q in scans:
+                if not first_bytes[k][q] & present_bits:
+                    continue  # no token's next byte keeps this lexeme alive
                 table, acc = cg.sink_tables[k]
                 a, e = run_suffixes(tt, table, acc, cg.follow_masks[k], q, arr, depth)
                 alive |= a
@@ -387,11 +455,15 @@ class Matcher:
             found.extend(arr[alive].tolist())
             return arr[may & ~alive].tolist()
 
+        cur = chart[-1]
+        if not cur.items and len(cur.scans) == 1:
+            jump(list(ranks), 0)
+            return found, undecided
         # the first byte, with numpy: exit candidates can be tens of thousands of tokens
         arr = np.asarray(ranks, dtype=np.int64)
         firsts = tt.columns[0][arr]
         allowed = tables.allowed_bytes(chart[-1])
-        for b in np.unique(firsts).tolist():
+        for b in np.flatnonzero(np.bincount(firsts, minlength=256)).tolist():
             if not (allowed >> b) & 1:
                 continue
             group = arr[firsts == b]
