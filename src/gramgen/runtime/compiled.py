@@ -57,6 +57,9 @@ class CompiledGrammar:
         self._mask_cache: OrderedDict = OrderedDict()
         self._exit_cache: OrderedDict = OrderedDict()
         self._mask_cache_size = mask_cache_size
+        #: context-free parts of exit walks (lexeme passes, in-lexeme jumps), keyed by
+        #: lexeme states, tokens and depth (see Matcher._walk_exits)
+        self.pass_cache: dict = {}
         self._intern = Interner()
         self._lock = threading.Lock()
         self._initial = self.tables.initial_set()
@@ -112,6 +115,11 @@ class CompiledGrammar:
             self._mask_cache[sig] = words
             while len(self._mask_cache) > self._mask_cache_size:
                 self._mask_cache.popitem(last=False)
+
+    def store_pass(self, key, value) -> None:
+        if len(self.pass_cache) >= 200_000:
+            self.pass_cache = {}  # readers holding the old dict still read correct values
+        self.pass_cache[key] = value
 
     def cached_exits(self, key):
         return self._exit_cache.get(key)

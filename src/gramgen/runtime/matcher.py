@@ -15,6 +15,9 @@ from .compiled import CompiledGrammar
 
 #: horizons (in origin links) tried for the context-independent part of a mask
 _HORIZONS = (2, 3, 4, 5, 6, 8, 12)
+#: below this many undecided tokens, deeper horizons (each a signature and a walk) are
+#: skipped for one walk on the whole chart
+_FEW = 16
 
 
 def _successor(prefix: bytes) -> bytes | None:
@@ -283,6 +286,8 @@ class Matcher:
             ranks = entry[1]
             if not ranks:
                 return out
+            if depth >= 3 and len(ranks) <= _FEW:
+                break  # a few tokens that look far up (`"}]}`): walking them once is cheaper
         found, _ = self._walk_exits(list(chart), ranks)
         return out | self._pack_ranks(found)
 
@@ -311,6 +316,7 @@ class Matcher:
         successor = _successor
 
         rows, accept, follow = tables.lex_rows, tables.lex_accept, tables.follow_bytes
+        pass_cache = cg.pass_cache
 
         def walk(rs: list[int], lo: int, hi: int, depth: int, checked: bool = False,
                  base: int = 0) -> None:
@@ -361,13 +367,35 @@ class Matcher:
             completing it at the same byte from the same DFA state share that step and the
             walk of their rests, whatever their bytes before it."""
             (k, q), origins = next(iter(chart[-1].scans.items()))
+            key = (k, q, depth, tuple(group))
+            plan = pass_cache.get(key)
+            if plan is None:
+                plan = jump_plan(k, q, group, depth)
+                cg.store_pass(key, plan)
+            n0 = len(chart)
+            for pos, s_before, b, ranks in plan:
+                if pos > depth:
+                    chart.extend([tables.inside_lexeme(k, s_before, origins)] * (pos - depth))
+                try:
+                    s = tables.step(chart, b)
+                except HorizonExceeded:
+                    undecided.extend(ranks)
+                    s = None
+                if s is not None:
+                    chart.append(s)
+                    walk(ranks, 0, len(ranks), pos + 1, base=pos + 1)
+                del chart[n0:]
+
+        def jump_plan(k: int, q: int, group: list[int], depth: int) -> list[tuple]:
+            """(position, DFA state before it, byte, tokens sorted by their rest) for each
+            way the tokens first complete lexeme ``k`` from state ``q``."""
             table, acc = cg.sink_tables[k]
             sink = table.shape[0] - 1
             arr = np.asarray(group, dtype=np.int64)
             lengths = tt.lengths[arr]
             idx = np.arange(arr.shape[0])
             st = np.full(arr.shape[0], q, dtype=np.int32)
-            n0 = len(chart)
+            plan = []
             for pos in range(depth, tt.max_len):
                 more = lengths[idx] > pos  # a token that ends inside the lexeme was found already
                 idx, st = idx[more], st[more]
@@ -385,28 +413,36 @@ class Matcher:
                         s_before, b = divmod(code, 256)
                         ranks = sorted(arr[members[codes == code]].tolist(),
                                        key=lambda r: sorted_bytes[r][pos + 1:])
-                        if pos > depth:
-                            chart.extend([tables.inside_lexeme(k, s_before, origins)] * (pos - depth))
-                        try:
-                            s = tables.step(chart, b)
-                        except HorizonExceeded:
-                            undecided.extend(ranks)
-                            s = None
-                        if s is not None:
-                            chart.append(s)
-                            walk(ranks, 0, len(ranks), pos + 1, base=pos + 1)
-                        del chart[n0:]
+                        plan.append((pos, s_before, b, ranks))
                     keep = ~done
                     idx, st = idx[keep], nxt[keep]
                 else:
                     st = nxt
+            return plan
 
         def lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
-            """Decide tokens that stay inside a lexeme or die; return those that may end one."""
+            """Decide tokens that stay inside a lexeme or die; return those that may end one.
+
+            Depends only on the lexeme states, the tokens and the depth, never on the parser
+            context, so it is cached in the compiled grammar and reused by later walks."""
+            key = (frozenset(cur.scans), depth, tuple(rs[lo:hi]))
+            hit = pass_cache.get(key)
+            if hit is None:
+                n_found = len(found)
+                rest = run_lexeme_pass(cur, rs, lo, hi, depth)
+                hit = (found[n_found:], rest)
+                cg.store_pass(key, hit)
+            else:
+                found.extend(hit[0])
+            return hit[1]
+
+        def run_lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
             scans = list(cur.scans)
             if hi - lo > 48:
                 return lexeme_pass_vectorized(cur, scans, rs[lo:hi], depth)
             rest: list[int] = []
+            first_bytes = tables.lex_first_bytes
+            live_for: dict[int, list] = {}  # next byte -> the scans that can take it
             for i in range(lo, hi):
                 r = rs[i]
                 data = sorted_bytes[r]
@@ -414,8 +450,12 @@ class Matcher:
                 if last < depth:
                     found.append(r)
                     continue
+                b0 = data[depth]
+                live = live_for.get(b0)
+                if live is None:
+                    live = live_for[b0] = [(k, q) for k, q in scans if (first_bytes[k][q] >> b0) & 1]
                 may_end = False
-                for k, q in scans:
+                for k, q in live:
                     row, acc, fol = rows[k], accept[k], follow[k]
                     for pos in range(depth, last + 1):
                         q = row[q][data[pos]]
@@ -475,10 +515,7 @@ class Matcher:
             if s is None:
                 continue
             chart.append(s)
-            if group.shape[0] > 48:
-                rest = lexeme_pass_vectorized(s, list(s.scans), group, 1)
-            else:
-                rest = lexeme_pass(s, group.tolist(), 0, group.shape[0], 1)
+            rest = lexeme_pass(s, group.tolist(), 0, group.shape[0], 1)
             walk(rest, 0, len(rest), 1, checked=True)
             chart.pop()
         return found, undecided
