@@ -281,40 +281,33 @@ class SchemaCompiler:
     def _merge_objects(self, parts: list[dict], merged: dict, where: Any) -> None:
         """properties / patternProperties / additionalProperties of several parts: each
         part's additionalProperties applies to the names *it* does not declare."""
-        obj = [p for p in parts if any(k in p for k in ("properties", "patternProperties", "additionalProperties"))]
+        keys = ("properties", "patternProperties", "additionalProperties", "__pp_parts__")
+        obj = [p for p in parts if any(k in p for k in keys)]
         if not obj:
             return
         if len(obj) == 1:
-            for k in ("properties", "patternProperties", "additionalProperties"):
+            for k in keys:
                 if k in obj[0]:
                     merged[k] = obj[0][k]
             return
-        with_pp = [p for p in obj if p.get("patternProperties")]
-        if len(with_pp) > 1:
-            self.unsupported("patternProperties", where, "allOf of several patternProperties")
         names: list[str] = []
         for p in obj:
             names.extend(k for k in p.get("properties", {}) if k not in names)
-        props = {}
-        for name in names:
-            constraints = []
-            for p in obj:
-                declared = name in p.get("properties", {})
-                if declared:
-                    constraints.append(p["properties"][name])
-                matched = [sub for pat, sub in p.get("patternProperties", {}).items() if _search(pat, name)]
-                constraints.extend(matched)
-                if not declared and not matched:
-                    constraints.append(p.get("additionalProperties", True))
-            props[name] = _all_of(constraints)
-        merged["properties"] = props
-        adds = [p.get("additionalProperties", True) for p in obj]
-        merged["additionalProperties"] = _all_of(adds)
-        if with_pp:
-            owner = with_pp[0]
-            others = [p.get("additionalProperties", True) for p in obj if p is not owner]
-            merged["patternProperties"] = {pat: _all_of([sub, *others])
-                                           for pat, sub in owner["patternProperties"].items()}
+        merged["properties"] = {name: _all_of([c for p in obj for c in _name_constraints(p, name)])
+                                for name in names}
+        merged["additionalProperties"] = _all_of([p.get("additionalProperties", True) for p in obj])
+        merged.pop("patternProperties", None)
+        # a name that no part declares is checked by each part on its own: against that
+        # part's matching patterns, or else its additionalProperties (see _key_regions)
+        sub_parts = []
+        for p in obj:
+            if "__pp_parts__" in p:
+                sub_parts.extend(p["__pp_parts__"])
+            else:
+                sub_parts.append((list(p.get("properties", {})), dict(p.get("patternProperties", {})),
+                                  p.get("additionalProperties", True)))
+        if any(pp for _, pp, _ in sub_parts):
+            merged["__pp_parts__"] = sub_parts
 
     def _items_of(self, p: dict) -> tuple[list, Any]:
         if self.draft <= 2019:
@@ -558,7 +551,7 @@ class SchemaCompiler:
         if kw == "items" and not isinstance(v, list) and not schema.get("prefixItems"):
             return [{"type": "array", "contains": self.negate(v, depth + 1)}]
         if kw in SUPPORTED or kw.startswith("__"):
-            raise _NotExpressible(f"`{kw}` cannot be negated")
+            raise _NotExpressible(f"`{'patternProperties' if kw == '__pp_parts__' else kw}` cannot be negated")
         return []  # extension keywords never fail
 
     # -------------------------------------------------------------- disjointness (oneOf)
@@ -958,13 +951,19 @@ class SchemaCompiler:
         max_p = self._count(node, "maxProperties", None)
         if max_p is not None and max_p < min_p:
             return []
-        pattern_dfas = []
-        for p, sub in patterns.items():
-            try:
-                pattern_dfas.append((p, cpdfa.from_regex(strings.pattern_regex(p)), sub))
-            except strings.PatternError as exc:
-                self.unsupported("patternProperties", node, f"{p!r}: {exc}")
-                return []
+        # each part: (its patterns as (pattern, key automaton, schema), its additionalProperties)
+        pp_parts = node.get("__pp_parts__") or [((), patterns, additional)]
+        parts_dfas = []
+        for _names, part_patterns, part_additional in pp_parts:
+            compiled_patterns = []
+            for p, sub in part_patterns.items():
+                try:
+                    compiled_patterns.append((p, cpdfa.from_regex(strings.pattern_regex(p)), sub))
+                except strings.PatternError as exc:
+                    self.unsupported("patternProperties", node, f"{p!r}: {exc}")
+                    return []
+            parts_dfas.append((compiled_patterns, part_additional))
+        pattern_dfas = [entry for compiled_patterns, _ in parts_dfas for entry in compiled_patterns]
         # declared names: properties plus required ones that are not declared
         declared = list(props)
         for r in required:
@@ -992,16 +991,23 @@ class SchemaCompiler:
         declared_dfa = cpdfa.from_regex(alt([literal(n) if n else EMPTY for n in declared])) if declared else None
         extra_kinds = []  # (key dfa, value symbol)
         covered = None
-        for i, (p, d, sub) in enumerate(pattern_dfas):
-            for q, d2, sub2 in pattern_dfas[i + 1:]:
-                if not cpdfa.intersect(d, d2).is_empty() and sub != sub2:
-                    self.unsupported("patternProperties", node, f"patterns {p!r} and {q!r} overlap")
-            key = d if declared_dfa is None else cpdfa.difference(d, declared_dfa)
+        for key, matched in self._key_regions([d for _, d, _ in pattern_dfas], node):
+            covered = key if covered is None else _union_dfa(covered, key)
+            if declared_dfa is not None:
+                key = cpdfa.difference(key, declared_dfa)
             if names_dfa is not None:
                 key = cpdfa.intersect(key, names_dfa)
-            covered = d if covered is None else _union_dfa(covered, d)
-            sym = self.value(sub)
-            if sym is not None and not key.is_empty():
+            if key.is_empty():
+                continue
+            # every part checks the name: its matching patterns, or else its additionalProperties
+            constraints, i = [], 0
+            for compiled_patterns, part_additional in parts_dfas:
+                mine = [sub for j, (_, _, sub) in enumerate(compiled_patterns, start=i) if j in matched]
+                constraints.extend(mine or [part_additional])
+                i += len(compiled_patterns)
+            schema = constraints[0] if len(constraints) == 1 else self.merge(constraints, node, 1)
+            sym = self.value(schema)
+            if sym is not None:
                 extra_kinds.append((key, sym))
         if additional is not False:
             key = cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
@@ -1023,6 +1029,33 @@ class SchemaCompiler:
         if self.any_order and len(entries) > 1:
             return self._object_any_order(entries, extra, min_p, max_p)
         return self._object_ordered(entries, extra, min_p, max_p)
+
+    def _key_regions(self, dfas: list, where: Any, limit: int = 64) -> list[tuple[Any, frozenset]]:
+        """Split the names matched by some of these key automata into disjoint regions, each
+        with the set of automata (by index) that match its names. Overlapping patterns all
+        apply to a name (JSON Schema checks every matching one), so each region gets the
+        conjunction of its patterns' schemas."""
+        regions: list[tuple[Any, frozenset]] = []
+        for i, d in enumerate(dfas):
+            rest = d
+            refined = []
+            for key, matched in regions:
+                both = cpdfa.intersect(key, d)
+                if both.is_empty():
+                    refined.append((key, matched))
+                    continue
+                refined.append((both, matched | {i}))
+                only = cpdfa.difference(key, d)
+                if not only.is_empty():
+                    refined.append((only, matched))
+                rest = cpdfa.difference(rest, key)
+            if not rest.is_empty():
+                refined.append((rest, frozenset((i,))))
+            regions = refined
+            if len(regions) > limit:
+                self.unsupported("patternProperties", where,
+                                 f"the patterns overlap in more than {limit} ways")
+        return regions
 
     def _object_ordered(self, entries, extra, min_p: int, max_p: int | None) -> list[str]:
         """Declared properties in schema order (optional ones may be skipped), then extra
@@ -1172,7 +1205,7 @@ class SchemaCompiler:
 
 
 _STRUCTURE = {"properties", "patternProperties", "additionalProperties", "items", "prefixItems",
-              "additionalItems"}
+              "additionalItems", "__pp_parts__"}
 """Keywords whose meaning depends on their siblings in the same part (merged together)."""
 
 
@@ -1285,6 +1318,24 @@ def _union_dfa(a: cpdfa.CodepointDFA, b: cpdfa.CodepointDFA) -> cpdfa.CodepointD
     return cpdfa.from_regex(alt([cpdfa.as_regex(a), cpdfa.as_regex(b)]))
 
 
+def _name_constraints(part: dict, name: str) -> list:
+    """The schemas one allOf part applies to the value of property ``name``."""
+    if name in part.get("properties", {}):
+        out = [part["properties"][name]]
+        if "__pp_parts__" in part:
+            return out  # a merged part's properties already hold everything it applies
+    else:
+        out = []
+    subs = part["__pp_parts__"] if "__pp_parts__" in part else [
+        (list(part.get("properties", {})), part.get("patternProperties", {}), part.get("additionalProperties", True))]
+    for names, patterns, additional in subs:
+        matched = [sub for pat, sub in patterns.items() if _search(pat, name)]
+        out.extend(matched)
+        if not matched and name not in names:
+            out.append(additional)
+    return out
+
+
 def _strip_internal(node: Any) -> Any:
     if isinstance(node, _Patterns):
         return {"allOf": [{"pattern": p} for p in node]}
@@ -1295,6 +1346,10 @@ def _strip_internal(node: Any) -> Any:
                 out.setdefault("allOf", []).extend({"pattern": p} for p in v)
             elif k == "__not_integer__":
                 out.setdefault("allOf", []).append({"not": {"type": "integer"}})
+            elif k == "__pp_parts__":
+                out.setdefault("allOf", []).extend(
+                    {"properties": {n: True for n in names}, "patternProperties": _strip_internal(pp),
+                     "additionalProperties": _strip_internal(add)} for names, pp, add in v)
             elif k.startswith("__not_"):
                 inner = {"__not_enum__": "enum", "__not_pattern__": "pattern", "__not_multipleOf__": "multipleOf"}[k]
                 if inner == "enum":
