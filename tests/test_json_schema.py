@@ -173,6 +173,40 @@ def test_negation_based_keywords_agree_with_jsonschema(index):
         assert accepts(cg, compact(value)) == validator.is_valid(value), (schema, value)
 
 
+PATTERN_SCHEMAS = [
+    {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 2}},
+     "additionalProperties": {"type": "string"}},
+    {"allOf": [{"patternProperties": {"^a": {"type": "integer"}}},
+               {"patternProperties": {"b": {"minimum": 3}}, "additionalProperties": {"type": "string"}}]},
+    {"allOf": [{"properties": {"ab": {"maximum": 5}}, "patternProperties": {"^a": {"type": "integer"}},
+                "additionalProperties": False},
+               {"patternProperties": {"b$": {"minimum": 2}}}]},
+    {"allOf": [{"allOf": [{"patternProperties": {"^a": {"type": "integer"}}},
+                          {"patternProperties": {"b": {"minimum": 1}}}]},
+               {"patternProperties": {"^ab": {"maximum": 4}}, "additionalProperties": {"type": "integer"}}]},
+]
+
+
+@pytest.mark.parametrize("index", range(len(PATTERN_SCHEMAS)))
+def test_overlapping_pattern_properties_agree_with_jsonschema(index):
+    """Names matched by several patterns (one schema, or several allOf parts) must satisfy
+    all of them, and each part's additionalProperties covers what that part does not match."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = PATTERN_SCHEMAS[index]
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(index)
+    keys, values = ["ab", "a", "b", "ba", "x", "abb"], [1, 3, 7, "s", 2.5]
+    verdicts = set()
+    for _ in range(300):
+        chosen = [k for k in keys if rng.random() < 0.35]  # "ab" (declared in one schema) first
+        value = {k: rng.choice(values) for k in chosen}
+        ok = validator.is_valid(value)
+        verdicts.add(ok)
+        assert accepts(cg, compact(value)) == ok, (schema, value)
+    assert verdicts == {True, False}
+
+
 def test_remote_refs_only_from_the_mapping():
     schema = {"$ref": "http://example.com/item.json"}
     with pytest.raises(gramgen.SchemaError, match="never fetched"):
