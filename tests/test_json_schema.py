@@ -125,11 +125,11 @@ def test_pattern_is_unanchored_and_intersects_with_length():
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
-    ({"properties": {"a": {"not": {"additionalProperties": False}}}}, "not", "/properties/a/not"),
+    ({"properties": {"a": {"not": {"dependentRequired": {"x": ["y"]}}}}}, "not", "/properties/a/not"),
     ({"type": "string", "format": "uri-template"}, "format", "/format"),
-    ({"type": "array", "contains": {"additionalProperties": False}}, "contains", "/contains"),
-    ({"oneOf": [{"additionalProperties": False}, {"required": ["a"]}]}, "oneOf", "/oneOf"),
-    ({"if": {"propertyNames": {"maxLength": 2}}, "then": {"minProperties": 1}}, "if", "/if"),
+    ({"type": "array", "contains": {"dependentRequired": {"x": ["y"]}}}, "contains", "/contains"),
+    ({"oneOf": [{"dependentRequired": {"x": ["y"]}}, {"required": ["a"]}]}, "oneOf", "/oneOf"),
+    ({"if": {"dependentRequired": {"x": ["y"]}}, "then": {"minProperties": 1}}, "if", "/if"),
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(schema, keyword, pointer):
     with pytest.raises(gramgen.SchemaError) as info:
@@ -201,6 +201,37 @@ def test_overlapping_pattern_properties_agree_with_jsonschema(index):
     for _ in range(300):
         chosen = [k for k in keys if rng.random() < 0.35]  # "ab" (declared in one schema) first
         value = {k: rng.choice(values) for k in chosen}
+        ok = validator.is_valid(value)
+        verdicts.add(ok)
+        assert accepts(cg, compact(value)) == ok, (schema, value)
+    assert verdicts == {True, False}
+
+
+NEGATED_OBJECT_SCHEMAS = [
+    {"type": "object", "not": {"propertyNames": {"maxLength": 1}}},
+    {"type": "object", "properties": {"ab": {}}, "not": {"additionalProperties": {"type": "integer"}}},
+    {"type": "object", "not": {"patternProperties": {"^a": {"type": "integer"}}}},
+    {"type": "object", "properties": {"ab": {"type": "string"}}, "not": {"propertyNames": {"pattern": "^a"}},
+     "maxProperties": 2},
+    {"if": {"propertyNames": {"maxLength": 1}}, "then": {"minProperties": 2}, "else": {"required": ["x"]}},
+    {"oneOf": [{"propertyNames": {"pattern": "^a"}}, {"additionalProperties": {"type": "string"}}], "type": "object"},
+    {"not": {"additionalProperties": False, "properties": {"a": {}}, "patternProperties": {"b": {}}}},
+]
+
+
+@pytest.mark.parametrize("index", range(len(NEGATED_OBJECT_SCHEMAS)))
+def test_negated_object_keywords_agree_with_jsonschema(index):
+    """not / if / oneOf over propertyNames, additionalProperties and patternProperties: some
+    property's name (and value) must escape them, in a declared property or an extra one;
+    property_order="any" so that no instance is rejected for its key order."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = NEGATED_OBJECT_SCHEMAS[index]
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, property_order="any"), BYTE_VOCAB)
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(index)
+    verdicts = set()
+    for _ in range(300):
+        value = {k: rng.choice([1, "s", 2.5]) for k in ["ab", "a", "b", "ba", "x"] if rng.random() < 0.4}
         ok = validator.is_valid(value)
         verdicts.add(ok)
         assert accepts(cg, compact(value)) == ok, (schema, value)

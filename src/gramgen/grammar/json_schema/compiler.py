@@ -548,11 +548,29 @@ class SchemaCompiler:
         if kw == "properties":
             return [{"type": "object", "required": [k], "properties": {k: self.negate(sub, depth + 1)}}
                     for k, sub in v.items()]
+        if kw == "propertyNames":  # some name is not such a string
+            return [{"type": "object", "__some_key__": [(self._string_part(self.negate(v, depth + 1)), True)]}]
+        if kw == "additionalProperties" and not schema.get("__pp_parts__"):
+            # some name that is neither declared nor matched by a pattern has a value failing it
+            names = {"type": "string", "__not_enum__": list(schema.get("properties", {}))}
+            if schema.get("patternProperties"):
+                names["__not_pattern__"] = list(schema["patternProperties"])
+            return [{"type": "object", "__some_key__": [(names, self.negate(v, depth + 1))]}]
+        if kw == "patternProperties":
+            return [{"type": "object", "__some_key__": [({"type": "string", "pattern": p}, self.negate(sub, depth + 1))]}
+                    for p, sub in v.items()]
         if kw == "items" and not isinstance(v, list) and not schema.get("prefixItems"):
             return [{"type": "array", "contains": self.negate(v, depth + 1)}]
         if kw in SUPPORTED or kw.startswith("__"):
             raise _NotExpressible(f"`{'patternProperties' if kw == '__pp_parts__' else kw}` cannot be negated")
         return []  # extension keywords never fail
+
+    @staticmethod
+    def _string_part(schema: Any) -> Any:
+        """The strings a schema accepts, as a schema (for a set of property names)."""
+        if schema is True or schema is False:
+            return {"type": "string"} if schema else False
+        return {"allOf": [{"type": "string"}, schema]}
 
     # -------------------------------------------------------------- disjointness (oneOf)
 
@@ -817,7 +835,16 @@ class SchemaCompiler:
         if node is False:
             return cpdfa.CodepointDFA([], [])
         kws = set(node) - ANNOTATIONS
-        if not kws <= {"type", "pattern", "format", "minLength", "maxLength", "enum", "const"}:
+        if "anyOf" in node:  # a union of names (e.g. from a negation)
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            union = None
+            for branch in node["anyOf"]:
+                d = self.string_dfa(self.merge([rest, branch], node, 1))
+                d = _ANY_NAME() if d is None else d
+                union = d if union is None else _union_dfa(union, d)
+            return union if union is not None else cpdfa.CodepointDFA([], [])
+        if not kws <= {"type", "pattern", "format", "minLength", "maxLength", "enum", "const",
+                       "__not_enum__", "__not_pattern__"}:
             self.unsupported("propertyNames", node, f"only string keywords are supported, not {sorted(kws)}")
             return None
         parts = []
@@ -839,10 +866,20 @@ class SchemaCompiler:
         if "type" in node and "string" not in _types_of(node):
             return cpdfa.CodepointDFA([], [])
         if not parts:
-            return None
+            if "__not_enum__" not in node and "__not_pattern__" not in node:
+                return None
+            parts.append(_ANY_NAME())
         dfa = parts[0]
         for p in parts[1:]:
             dfa = cpdfa.intersect(dfa, p)
+        for p in node.get("__not_pattern__", []):
+            try:
+                dfa = cpdfa.difference(dfa, cpdfa.from_regex(strings.pattern_regex(p)))
+            except strings.PatternError as exc:
+                self.unsupported("not", node, f"pattern {p!r}: {exc}")
+        excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, str)]
+        if excluded:
+            dfa = cpdfa.difference(dfa, cpdfa.from_regex(alt([literal(v) if v else EMPTY for v in excluded])))
         return dfa
 
     # ---- arrays
@@ -944,6 +981,9 @@ class SchemaCompiler:
             (dep_req if isinstance(v, list) else dep_schemas)[k] = v
         if dep_req or dep_schemas:
             return self._object_cases(node, dep_req, dep_schemas)
+        if "__some_key__" in node:
+            return self._object_some_key(node)
+        some = node.get("__some_extra__")  # (name automaton, value schema): one extra key must be such
         additional = node.get("additionalProperties", False if self.strict else True)
         patterns = node.get("patternProperties", {})
         names_dfa = self.string_dfa(node["propertyNames"]) if "propertyNames" in node else None
@@ -1006,9 +1046,7 @@ class SchemaCompiler:
                 constraints.extend(mine or [part_additional])
                 i += len(compiled_patterns)
             schema = constraints[0] if len(constraints) == 1 else self.merge(constraints, node, 1)
-            sym = self.value(schema)
-            if sym is not None:
-                extra_kinds.append((key, sym))
+            extra_kinds.append((key, schema))
         if additional is not False:
             key = cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
             if declared_dfa is not None:
@@ -1017,18 +1055,62 @@ class SchemaCompiler:
                 key = cpdfa.difference(key, covered)
             if names_dfa is not None:
                 key = cpdfa.intersect(key, names_dfa)
-            sym = self.value(additional)
-            if sym is not None and not key.is_empty():
-                extra_kinds.append((key, sym))
+            if not key.is_empty():
+                extra_kinds.append((key, additional))
+        extra = self._extra_keys(extra_kinds)
+        special = None
+        if some is not None:  # the extra keys that meet the requirement
+            special = self._extra_keys([(cpdfa.intersect(key, some[0]), self.merge([schema, some[1]], node, 1))
+                                        for key, schema in extra_kinds])
+            if special is None:
+                return []
+        if self.any_order and (len(entries) > 1 or (entries and (extra or special))):
+            return self._object_any_order(entries, extra, min_p, max_p, special)
+        return self._object_ordered(entries, extra, min_p, max_p, special)
+
+    def _extra_keys(self, kinds: list) -> str | None:
+        """A symbol for one extra ``"key":value`` pair, from (key automaton, value schema)."""
         colon = self.punct(":")
         extra = None
-        if extra_kinds:
-            extra = self.fresh("extra")
-            for key, sym in extra_kinds:
-                self.rule(extra, self.lex(seq([strings.spelled(key), colon]), "KEY"), sym)
-        if self.any_order and len(entries) > 1:
-            return self._object_any_order(entries, extra, min_p, max_p)
-        return self._object_ordered(entries, extra, min_p, max_p)
+        for key, schema in kinds:
+            if key.is_empty():
+                continue
+            sym = self.value(schema)
+            if sym is None:
+                continue
+            if extra is None:
+                extra = self.fresh("extra")
+            self.rule(extra, self.lex(seq([strings.spelled(key), colon]), "KEY"), sym)
+        return extra
+
+    def _object_some_key(self, node: dict) -> list[str]:
+        """``__some_key__`` (from negating propertyNames / additionalProperties /
+        patternProperties): some property's name is in a set and its value meets a schema.
+        One object variant per declared name in the set (that name required, its value
+        also meeting the schema), and one where an extra key does."""
+        reqs = node["__some_key__"]
+        if len(reqs) > 1:
+            self.unsupported("not", node, "several negated object keywords at once")
+            return []
+        name_schema, value_schema = reqs[0]
+        names = self.string_dfa(name_schema)
+        if names is None:
+            names = _ANY_NAME()
+        base = {k: v for k, v in node.items() if k != "__some_key__"}
+        declared = list(dict.fromkeys([*base.get("properties", {}), *base.get("required", [])]))
+        variants = [self.merge([base, {"required": [n], "properties": {n: value_schema}}], node, 1)
+                    for n in declared if names.matches(n)]
+        variants.append({**base, "__some_extra__": (names, value_schema)})
+        out = []
+        for v in variants:
+            if v is False:
+                continue
+            v = dict(v)
+            v["type"] = "object"
+            sym = self.value(v)
+            if sym is not None:
+                out.append(sym)
+        return out
 
     def _key_regions(self, dfas: list, where: Any, limit: int = 64) -> list[tuple[Any, frozenset]]:
         """Split the names matched by some of these key automata into disjoint regions, each
@@ -1057,19 +1139,22 @@ class SchemaCompiler:
                                  f"the patterns overlap in more than {limit} ways")
         return regions
 
-    def _object_ordered(self, entries, extra, min_p: int, max_p: int | None) -> list[str]:
+    def _object_ordered(self, entries, extra, min_p: int, max_p: int | None,
+                        special: str | None = None) -> list[str]:
         """Declared properties in schema order (optional ones may be skipped), then extra
-        keys; ``state(i, c)`` = at entry i with c properties so far (saturating at K)."""
+        keys; ``state(i, c)`` = at entry i with c properties so far (saturating at K).
+        ``special``: one extra pair of this kind is required (states then also record
+        whether it was seen)."""
         colon = self.punct(":")
         open_, close, comma = self.brackets("{", "}")
         cap = max(1, min_p, max_p or 0)
         if cap > MAX_UNROLL:
             raise CompileLimitError(f"min/maxProperties {cap} is above the limit {MAX_UNROLL}")
-        names: dict[tuple[int, int], str] = {}
+        names: dict[tuple, str] = {}
         n = len(entries)
 
-        def state(i: int, c: int) -> str:
-            key = (i, c)
+        def state(i: int, c: int, seen: bool = special is None) -> str:
+            key = (i, c, seen)
             if key not in names:
                 names[key] = self.fresh("obj")
                 todo.append(key)
@@ -1081,28 +1166,31 @@ class SchemaCompiler:
             self.rule(k, self.lex(seq([strings.string_literal(name), colon]), "KEY"), sym)
             kv[i] = k
         top = self.fresh("object")
-        todo: list[tuple[int, int]] = []
+        todo: list[tuple] = []
         self.rule(top, open_, state(0, 0))
         while todo:
-            i, c = todo.pop()
-            s = names[(i, c)]
+            i, c, seen = todo.pop()
+            s = names[(i, c, seen)]
             nxt = c + 1 if max_p is not None else min(c + 1, cap)
             can_add = max_p is None or c + 1 <= max_p
             if i < n:
                 name, sym, req = entries[i]
                 if can_add:
-                    self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(i + 1, nxt))
+                    self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(i + 1, nxt, seen))
                 if not req:
-                    self.rule(s, state(i + 1, c))
+                    self.rule(s, state(i + 1, c, seen))
                 continue
             # after the declared entries: extras, then the closing brace
-            if c >= min_p:
+            if c >= min_p and seen:
                 self.rule(s, close)
             if extra is not None and can_add:
-                self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(n, nxt))
+                self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(n, nxt, seen))
+            if special is not None and can_add:
+                self.rule(s, *((special,) if c == 0 else (comma, special)), state(n, nxt, True))
         return [top]
 
-    def _object_any_order(self, entries, extra, min_p: int, max_p: int | None) -> list[str]:
+    def _object_any_order(self, entries, extra, min_p: int, max_p: int | None,
+                          special: str | None = None) -> list[str]:
         if len(entries) > 8:
             raise CompileLimitError(f"property_order='any' with {len(entries)} properties "
                                     "(limit 8: every subset becomes a state)")
@@ -1115,31 +1203,33 @@ class SchemaCompiler:
             kv.append(k)
         req_mask = sum(1 << i for i, e in enumerate(entries) if e[2])
         cap = max(1, min_p, max_p or 0)
-        names: dict[tuple[int, int], str] = {}
-        todo: list[tuple[int, int]] = []
+        names: dict[tuple, str] = {}
+        todo: list[tuple] = []
 
-        def state(mask: int, c: int) -> str:
-            if (mask, c) not in names:
-                names[(mask, c)] = self.fresh("obj")
-                todo.append((mask, c))
-            return names[(mask, c)]
+        def state(mask: int, c: int, seen: bool = special is None) -> str:
+            if (mask, c, seen) not in names:
+                names[(mask, c, seen)] = self.fresh("obj")
+                todo.append((mask, c, seen))
+            return names[(mask, c, seen)]
 
         top = self.fresh("object")
         self.rule(top, open_, state(0, 0))
         while todo:
-            mask, c = todo.pop()
-            s = names[(mask, c)]
+            mask, c, seen = todo.pop()
+            s = names[(mask, c, seen)]
             can_add = max_p is None or c + 1 <= max_p
             nxt = c + 1 if max_p is not None else min(c + 1, cap)
-            if mask & req_mask == req_mask and c >= min_p:
+            if mask & req_mask == req_mask and c >= min_p and seen:
                 self.rule(s, close)
             if not can_add:
                 continue
             for i in range(len(entries)):
                 if not mask & (1 << i):
-                    self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(mask | (1 << i), nxt))
+                    self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(mask | (1 << i), nxt, seen))
             if extra is not None:
-                self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(mask, nxt))
+                self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(mask, nxt, seen))
+            if special is not None:
+                self.rule(s, *((special,) if c == 0 else (comma, special)), state(mask, nxt, True))
         return [top]
 
     def _object_cases(self, node: dict, dep_req: dict, dep_schemas: dict) -> list[str]:
@@ -1316,6 +1406,11 @@ def _lcm_decimal(a: Decimal, b: Decimal) -> Decimal:
 
 def _union_dfa(a: cpdfa.CodepointDFA, b: cpdfa.CodepointDFA) -> cpdfa.CodepointDFA:
     return cpdfa.from_regex(alt([cpdfa.as_regex(a), cpdfa.as_regex(b)]))
+
+
+def _ANY_NAME() -> cpdfa.CodepointDFA:
+    """Every string, as a code-point automaton."""
+    return cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
 
 
 def _name_constraints(part: dict, name: str) -> list:
