@@ -216,6 +216,12 @@ NEGATED_OBJECT_SCHEMAS = [
     {"if": {"propertyNames": {"maxLength": 1}}, "then": {"minProperties": 2}, "else": {"required": ["x"]}},
     {"oneOf": [{"propertyNames": {"pattern": "^a"}}, {"additionalProperties": {"type": "string"}}], "type": "object"},
     {"not": {"additionalProperties": False, "properties": {"a": {}}, "patternProperties": {"b": {}}}},
+    {"allOf": [{"not": {"propertyNames": {"maxLength": 1}}}, {"not": {"patternProperties": {"^a": {"type": "integer"}}}}],
+     "type": "object"},
+    {"allOf": [{"not": {"propertyNames": {"pattern": "^a"}}}, {"not": {"propertyNames": {"pattern": "b$"}}}],
+     "properties": {"ab": {}}, "type": "object"},
+    {"not": {"anyOf": [{"additionalProperties": {"type": "string"}}, {"propertyNames": {"maxLength": 1}}]},
+     "type": "object"},
 ]
 
 

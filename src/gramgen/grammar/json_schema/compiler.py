@@ -11,7 +11,9 @@ properties in schema order, canonical numbers (no exponent once bounded, no ``-0
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -389,7 +391,7 @@ class SchemaCompiler:
             return a or b
         if kw == "__not_integer__":
             return a or b
-        if kw.startswith("__not_"):
+        if kw.startswith("__not_") or kw == "__some_key__":
             return [*a, *b]
         if kw == "$ref":
             return {"allOf": [{"$ref": a}, {"$ref": b}]}
@@ -983,7 +985,8 @@ class SchemaCompiler:
             return self._object_cases(node, dep_req, dep_schemas)
         if "__some_key__" in node:
             return self._object_some_key(node)
-        some = node.get("__some_extra__")  # (name automaton, value schema): one extra key must be such
+        # [(name automaton, value schema)]: for each, some extra pair must have such a name and value
+        some = node.get("__some_extra__")
         additional = node.get("additionalProperties", False if self.strict else True)
         patterns = node.get("patternProperties", {})
         names_dfa = self.string_dfa(node["propertyNames"]) if "propertyNames" in node else None
@@ -1058,15 +1061,20 @@ class SchemaCompiler:
             if not key.is_empty():
                 extra_kinds.append((key, additional))
         extra = self._extra_keys(extra_kinds)
-        special = None
-        if some is not None:  # the extra keys that meet the requirement
-            special = self._extra_keys([(cpdfa.intersect(key, some[0]), self.merge([schema, some[1]], node, 1))
-                                        for key, schema in extra_kinds])
-            if special is None:
-                return []
-        if self.any_order and (len(entries) > 1 or (entries and (extra or special))):
-            return self._object_any_order(entries, extra, min_p, max_p, special)
-        return self._object_ordered(entries, extra, min_p, max_p, special)
+        specials = []  # (requirements met, symbol of an extra pair that meets them)
+        for mask in range(1, 1 << len(some or [])):
+            met = [some[i] for i in range(len(some)) if mask >> i & 1]
+            kinds = []
+            for key, schema in extra_kinds:
+                for names, _ in met:
+                    key = cpdfa.intersect(key, names)
+                kinds.append((key, self.merge([schema, *(v for _, v in met)], node, 1)))
+            sym = self._extra_keys(kinds)
+            if sym is not None:
+                specials.append((mask, sym))
+        if self.any_order and (len(entries) > 1 or (entries and (extra or specials))):
+            return self._object_any_order(entries, extra, min_p, max_p, specials, len(some or []))
+        return self._object_ordered(entries, extra, min_p, max_p, specials, len(some or []))
 
     def _extra_keys(self, kinds: list) -> str | None:
         """A symbol for one extra ``"key":value`` pair, from (key automaton, value schema)."""
@@ -1085,29 +1093,38 @@ class SchemaCompiler:
 
     def _object_some_key(self, node: dict) -> list[str]:
         """``__some_key__`` (from negating propertyNames / additionalProperties /
-        patternProperties): some property's name is in a set and its value meets a schema.
-        One object variant per declared name in the set (that name required, its value
-        also meeting the schema), and one where an extra key does."""
+        patternProperties): for each requirement, some property's name is in a set and its
+        value meets a schema. Object variants: each requirement is met by one of the
+        declared names in its set (that name required, its value also meeting the schema)
+        or by an extra pair (see ``specials`` in the object builders)."""
         reqs = node["__some_key__"]
-        if len(reqs) > 1:
-            self.unsupported("not", node, "several negated object keywords at once")
+        if len(reqs) > 3:
+            self.unsupported("not", node, f"{len(reqs)} negated object keywords at once (limit 3)")
             return []
-        name_schema, value_schema = reqs[0]
-        names = self.string_dfa(name_schema)
-        if names is None:
-            names = _ANY_NAME()
         base = {k: v for k, v in node.items() if k != "__some_key__"}
         declared = list(dict.fromkeys([*base.get("properties", {}), *base.get("required", [])]))
-        variants = [self.merge([base, {"required": [n], "properties": {n: value_schema}}], node, 1)
-                    for n in declared if names.matches(n)]
-        variants.append({**base, "__some_extra__": (names, value_schema)})
+        options = []  # per requirement: declared names that may meet it, or None for an extra pair
+        for name_schema, value_schema in reqs:
+            names = self.string_dfa(name_schema)
+            if names is None:
+                names = _ANY_NAME()
+            options.append([(n, names, value_schema) for n in declared if names.matches(n)]
+                           + [(None, names, value_schema)])
+        if math.prod(len(o) for o in options) > 64:
+            self.unsupported("not", node, "more than 64 ways to meet the negated object keywords")
+            return []
         out = []
-        for v in variants:
-            if v is False:
+        for choice in itertools.product(*options):
+            parts = [base] + [{"required": [n], "properties": {n: v}} for n, _, v in choice if n is not None]
+            variant = self.merge(parts, node, 1) if len(parts) > 1 else dict(base)
+            if variant is False:
                 continue
-            v = dict(v)
-            v["type"] = "object"
-            sym = self.value(v)
+            variant = dict(variant)
+            extras = [(names, v) for n, names, v in choice if n is None]
+            if extras:
+                variant["__some_extra__"] = extras
+            variant["type"] = "object"
+            sym = self.value(variant)
             if sym is not None:
                 out.append(sym)
         return out
@@ -1140,11 +1157,12 @@ class SchemaCompiler:
         return regions
 
     def _object_ordered(self, entries, extra, min_p: int, max_p: int | None,
-                        special: str | None = None) -> list[str]:
+                        specials=(), n_required: int = 0) -> list[str]:
         """Declared properties in schema order (optional ones may be skipped), then extra
-        keys; ``state(i, c)`` = at entry i with c properties so far (saturating at K).
-        ``special``: one extra pair of this kind is required (states then also record
-        whether it was seen)."""
+        keys; ``state(i, c, seen)`` = at entry i with c properties so far (saturating at K)
+        and the extra-pair requirements met so far (a bitmask, see _object_some_key):
+        ``specials`` = [(requirements met, extra pair symbol)], all ``n_required`` must be
+        met before the object closes."""
         colon = self.punct(":")
         open_, close, comma = self.brackets("{", "}")
         cap = max(1, min_p, max_p or 0)
@@ -1153,7 +1171,9 @@ class SchemaCompiler:
         names: dict[tuple, str] = {}
         n = len(entries)
 
-        def state(i: int, c: int, seen: bool = special is None) -> str:
+        full = (1 << n_required) - 1
+
+        def state(i: int, c: int, seen: int = 0) -> str:
             key = (i, c, seen)
             if key not in names:
                 names[key] = self.fresh("obj")
@@ -1181,16 +1201,17 @@ class SchemaCompiler:
                     self.rule(s, state(i + 1, c, seen))
                 continue
             # after the declared entries: extras, then the closing brace
-            if c >= min_p and seen:
+            if c >= min_p and seen == full:
                 self.rule(s, close)
             if extra is not None and can_add:
                 self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(n, nxt, seen))
-            if special is not None and can_add:
-                self.rule(s, *((special,) if c == 0 else (comma, special)), state(n, nxt, True))
+            if can_add:
+                for mask, special in specials:
+                    self.rule(s, *((special,) if c == 0 else (comma, special)), state(n, nxt, seen | mask))
         return [top]
 
     def _object_any_order(self, entries, extra, min_p: int, max_p: int | None,
-                          special: str | None = None) -> list[str]:
+                          specials=(), n_required: int = 0) -> list[str]:
         if len(entries) > 8:
             raise CompileLimitError(f"property_order='any' with {len(entries)} properties "
                                     "(limit 8: every subset becomes a state)")
@@ -1206,7 +1227,9 @@ class SchemaCompiler:
         names: dict[tuple, str] = {}
         todo: list[tuple] = []
 
-        def state(mask: int, c: int, seen: bool = special is None) -> str:
+        full = (1 << n_required) - 1
+
+        def state(mask: int, c: int, seen: int = 0) -> str:
             if (mask, c, seen) not in names:
                 names[(mask, c, seen)] = self.fresh("obj")
                 todo.append((mask, c, seen))
@@ -1219,7 +1242,7 @@ class SchemaCompiler:
             s = names[(mask, c, seen)]
             can_add = max_p is None or c + 1 <= max_p
             nxt = c + 1 if max_p is not None else min(c + 1, cap)
-            if mask & req_mask == req_mask and c >= min_p and seen:
+            if mask & req_mask == req_mask and c >= min_p and seen == full:
                 self.rule(s, close)
             if not can_add:
                 continue
@@ -1228,8 +1251,8 @@ class SchemaCompiler:
                     self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(mask | (1 << i), nxt, seen))
             if extra is not None:
                 self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(mask, nxt, seen))
-            if special is not None:
-                self.rule(s, *((special,) if c == 0 else (comma, special)), state(mask, nxt, True))
+            for met, special in specials:
+                self.rule(s, *((special,) if c == 0 else (comma, special)), state(mask, nxt, seen | met))
         return [top]
 
     def _object_cases(self, node: dict, dep_req: dict, dep_schemas: dict) -> list[str]:
