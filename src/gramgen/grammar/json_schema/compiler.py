@@ -57,6 +57,8 @@ BLOCK = 64
 MAX_STRING_LENGTH = 1_000_000
 MAX_UNROLL = 1_000
 MAX_MERGE_DEPTH = 32
+MAX_BRANCH_PAIRS = 256
+"""allOf of two anyOf/oneOf lists: at most this many combined branches (each is compiled)."""
 
 
 class _NotExpressible(Exception):
@@ -368,6 +370,9 @@ class SchemaCompiler:
                 out[k] = list(dict.fromkeys([*out.get(k, []), *v]))
             return out
         if kw in ("anyOf", "oneOf"):
+            if len(a) * len(b) > MAX_BRANCH_PAIRS:
+                raise CompileLimitError(f"allOf of two {kw} lists makes {len(a) * len(b)} combined branches "
+                                        f"(limit {MAX_BRANCH_PAIRS})")
             # allOf[anyOf A, anyOf B] = anyOf of the pairwise merges
             return [{"allOf": [x, y]} for x in a for y in b] if kw == "anyOf" else \
                 self._merge_oneofs(a, b, where)
