@@ -1,0 +1,77 @@
+"""Compile every JSONSchemaBench dev schema (all 3,411) against one tokenizer, without walking
+instances: the compile rate over the whole split, per category.
+
+    python tools/jsonschemabench_compile.py [--tokenizer smollm2] [--time-limit 10] [--categories A,B]
+
+A schema counts as compiled when ``Grammar.from_json_schema`` and ``gramgen.compile`` both
+finish within the time limit; a ``SchemaError``, ``CompileLimitError`` or timeout counts
+against it. ``tools/jsonschemabench_walk.py`` walks the instances of a sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import gramgen  # noqa: E402
+from conftest import SHARED, vocabulary  # noqa: E402
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise _Timeout()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokenizer", default="smollm2")
+    ap.add_argument("--time-limit", type=int, default=10)
+    ap.add_argument("--categories", default="", help="comma-separated category names (default: all)")
+    args = ap.parse_args()
+    wanted = set(filter(None, args.categories.split(",")))
+    vocab = vocabulary(args.tokenizer)
+    signal.signal(signal.SIGALRM, _alarm)
+    per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    times: list[float] = []
+    start = time.time()
+    for f in sorted((SHARED / "data" / "jsonschemabench").glob("*/dev.jsonl")):
+        if wanted and f.parent.name not in wanted:
+            continue
+        for line in f.read_text(encoding="utf-8").split("\n"):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            per[f.parent.name][1] += 1
+            t = time.time()
+            try:
+                signal.alarm(args.time_limit)
+                gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"]), vocab)
+            except (_Timeout, gramgen.GramgenError, RecursionError):
+                continue
+            finally:
+                signal.alarm(0)
+            per[f.parent.name][0] += 1
+            times.append(time.time() - t)
+    ok, total = sum(a for a, _ in per.values()), sum(b for _, b in per.values())
+    print(f"{ok}/{total} = {100 * ok / total:.1f} % compile ({args.tokenizer}, {args.time_limit} s limit), "
+          f"{time.time() - start:.0f} s")
+    for name, (a, b) in sorted(per.items()):
+        print(f"{name}: {a}/{b} ({100 * a / b:.1f} %)")
+    times.sort()
+    if times:
+        print(f"compile p50 {times[len(times) // 2]:.3f} s, p90 {times[int(len(times) * 0.9)]:.3f} s")
+
+
+if __name__ == "__main__":
+    main()
