@@ -111,7 +111,7 @@ def main() -> None:
                "compile_s_p50": compile_s[len(compile_s) // 2] if compile_s else None,
                "compile_s_p90": compile_s[int(len(compile_s) * 0.9)] if compile_s else None}
     (out / "jsonschemabench.json").write_text(json.dumps(summary, indent=1))
-    lines = [f"# gramgen on JSONSchemaBench (dev split)\n",
+    lines = ["# gramgen on JSONSchemaBench (dev split)\n",
              f"`{summary['command']}` — {summary['date']}, {summary['seconds']} s, tokenizers: "
              f"{', '.join(toks)}; {'all schemas' if not args.per_category else f'{args.per_category} per category (seeded)'}; "
              f"compile limit {args.time_limit} s per schema (both tokenizers).\n",
