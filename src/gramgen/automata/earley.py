@@ -348,7 +348,7 @@ class ParserTables:
             return None
         new_scans: dict = {}
         agenda: list = []
-        rows, accept, N = self.lex_rows, self.lex_accept, self.n_nonterminals
+        rows, accept = self.lex_rows, self.lex_accept
         for (k, q), origins in cur.scans.items():
             q2 = rows[k][q][byte]
             if q2 < 0:
@@ -357,17 +357,24 @@ class ParserTables:
             prev = new_scans.get(key)
             new_scans[key] = origins if prev is None else prev | origins
             if accept[k][q2]:
-                if self.is_ignore[k]:
-                    for o in origins:
-                        agenda.extend(chart[o].items)
-                else:
-                    for o in origins:
-                        _advance_over(agenda, chart[o], N + k, o)
+                self._complete(agenda, chart, k, origins)
         if not new_scans:
             return None
         if not agenda:
             return EarleySet(_EMPTY, _NO_PRED, _NO_PRED, new_scans)
         return self._closure(chart, len(chart), agenda, new_scans)
+
+    def _complete(self, agenda: list, chart: list, lexeme: int, origins) -> None:
+        """A lexeme matched from ``origins`` has ended: onto the agenda go the items it
+        advances (Earley's completer), or, for an ignored lexeme, the items of the sets where
+        it started (the parse resumes as if it were not there)."""
+        if self.is_ignore[lexeme]:
+            for o in origins:
+                agenda.extend(chart[o].items)
+        else:
+            sym = self.n_nonterminals + lexeme
+            for o in origins:
+                _advance_over(agenda, chart[o], sym, o)
 
     @staticmethod
     def inside_lexeme(lexeme: int, state: int, origins) -> EarleySet:
@@ -382,12 +389,7 @@ class ParserTables:
         False every token that ends this scan's lexeme reaches beyond the horizon."""
         agenda: list = []
         try:
-            if self.is_ignore[lexeme]:
-                for o in origins:
-                    agenda.extend(chart[o].items)
-            else:
-                for o in origins:
-                    _advance_over(agenda, chart[o], self.n_nonterminals + lexeme, o)
+            self._complete(agenda, chart, lexeme, origins)
             self._closure(chart, len(chart), agenda, {})
         except HorizonExceeded:
             return False

@@ -269,12 +269,14 @@ class Matcher:
         ranks = cands  # then the tokens left undecided by each horizon
         local = LocalSignatures(self._tables, chart, j, cg.intern())
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
-        cur = chart[j]
-        exiting = [(k, origins) for (k, q), origins in cur.scans.items() if cg.lexeme_tokens(k, q).n_exits]
+        exiting = None  # the scans with exit tokens, found on the first horizon to walk
         for depth in _HORIZONS:
             key = (depth, local.at(depth))
             entry = cg.cached_exits(key)
             if entry is None:
+                if exiting is None:
+                    exiting = [(k, origins) for (k, q), origins in chart[j].scans.items()
+                               if cg.lexeme_tokens(k, q).n_exits]
                 view = horizon_view(chart, j, depth)
                 if any(self._tables.completes_within(view, k, origins) for k, origins in exiting):
                     found, undecided = self._walk_exits(view, ranks)

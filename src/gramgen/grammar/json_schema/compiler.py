@@ -799,13 +799,7 @@ class SchemaCompiler:
             dfa = d if dfa is None else cpdfa.intersect(dfa, d)
             if dfa.is_empty():
                 return []
-        for p in not_patterns:
-            try:
-                dfa = cpdfa.difference(dfa, cpdfa.from_regex(strings.pattern_regex(p)))
-            except strings.PatternError as exc:
-                self.unsupported("not", node, f"pattern {p!r}: {exc}")
-        if excluded:
-            dfa = cpdfa.difference(dfa, cpdfa.from_regex(alt([literal(v) if v else EMPTY for v in excluded])))
+        dfa = self._exclude_strings(dfa, node)
         if dfa.is_empty():
             return []
         return [self.lex(strings.spelled(dfa), "STR")]
@@ -879,6 +873,11 @@ class SchemaCompiler:
         dfa = parts[0]
         for p in parts[1:]:
             dfa = cpdfa.intersect(dfa, p)
+        return self._exclude_strings(dfa, node)
+
+    def _exclude_strings(self, dfa: cpdfa.CodepointDFA, node: dict) -> cpdfa.CodepointDFA:
+        """``dfa`` without the strings a negation excluded (``__not_pattern__``, and the
+        strings of ``__not_enum__``)."""
         for p in node.get("__not_pattern__", []):
             try:
                 dfa = cpdfa.difference(dfa, cpdfa.from_regex(strings.pattern_regex(p)))
@@ -1037,7 +1036,7 @@ class SchemaCompiler:
             entries.append((name, sym, name in required))
         # keys beyond the declared ones
         declared_dfa = cpdfa.from_regex(alt([literal(n) if n else EMPTY for n in declared])) if declared else None
-        extra_kinds = []  # (key dfa, value symbol)
+        extra_kinds = []  # (key automaton, value schema)
         covered = None
         for key, matched in self._key_regions([d for _, d, _ in pattern_dfas], node):
             covered = key if covered is None else _union_dfa(covered, key)
@@ -1056,7 +1055,7 @@ class SchemaCompiler:
             schema = constraints[0] if len(constraints) == 1 else self.merge(constraints, node, 1)
             extra_kinds.append((key, schema))
         if additional is not False:
-            key = cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
+            key = _ANY_NAME()
             if declared_dfa is not None:
                 key = cpdfa.difference(key, declared_dfa)
             if covered is not None:
