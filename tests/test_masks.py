@@ -37,6 +37,12 @@ GRAMMAR_SOURCES = {
     "sql.lark": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "sql.lark"),
     "json.gbnf": lambda: gramgen.Grammar.from_file(SHARED / "data/gbnf/llama.cpp/json.gbnf"),
     "arithmetic.gbnf": lambda: gramgen.Grammar.from_file(SHARED / "data/gbnf/llama.cpp/arithmetic.gbnf"),
+    # long strings are counted in 64-character blocks by rules: two lexemes (a full block, or
+    # the rest and the quote) stay alive side by side until one ends
+    "schema-long-strings": lambda: gramgen.Grammar.from_json_schema({
+        "type": "object", "properties": {"a": {"type": "string", "maxLength": 300},
+                                         "b": {"type": ["string", "null"], "minLength": 70, "maxLength": 2000}},
+        "required": ["b"], "additionalProperties": False}),
     "regex": lambda: gramgen.Grammar.from_regex(
         "(?:" + "|".join(_random_regex(random.Random(s)) for s in range(4)) + ")+"),
 }

@@ -377,9 +377,10 @@ class ParserTables:
                 _advance_over(agenda, chart[o], sym, o)
 
     @staticmethod
-    def inside_lexeme(lexeme: int, state: int, origins) -> EarleySet:
-        """The set of a position inside one lexeme and nothing else: no items, one scan."""
-        return EarleySet(_EMPTY, _NO_PRED, _NO_PRED, {(lexeme, state): origins})
+    def inside_lexemes(scans: dict) -> EarleySet:
+        """The set of a position inside lexemes and nothing else: no items, only scans
+        ((lexeme, dfa state) -> origins)."""
+        return EarleySet(_EMPTY, _NO_PRED, _NO_PRED, scans)
 
     def completes_within(self, chart: list, lexeme: int, origins) -> bool:
         """Whether completing ``lexeme`` (being matched from ``origins``) right after the

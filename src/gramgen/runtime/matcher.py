@@ -333,7 +333,7 @@ class Matcher:
                 lo, hi = 0, len(rs)
                 if not hi:
                     return
-            if not cur.items and len(cur.scans) == 1 and hi - lo >= 4:
+            if not cur.items and hi - lo >= 4:
                 jump(rs[lo:hi], depth)
                 return
             allowed = tables.allowed_bytes(cur)
@@ -363,21 +363,27 @@ class Matcher:
                 i = j
 
         def jump(group: list[int], depth: int) -> None:
-            """chart[-1] is inside one lexeme and nothing else, so until that lexeme can end
-            the parser only moves its DFA: run the DFA over every token at once, and take a
-            parser step only at the byte where a token first completes the lexeme. Tokens
-            completing it at the same byte from the same DFA state share that step and the
-            walk of their rests, whatever their bytes before it."""
-            (k, q), origins = next(iter(chart[-1].scans.items()))
-            key = (k, q, depth, tuple(group))
+            """chart[-1] has no items, only lexemes being matched, so until one of them can
+            end the parser only moves their DFAs: run the DFAs over every token at once, and
+            take a parser step only at the byte where a token first completes one of them.
+            Tokens completing one at the same byte from the same DFA states share that step
+            and the walk of their rests, whatever their bytes before it."""
+            scans = sorted(chart[-1].scans.items())
+            states = tuple(kq for kq, _ in scans)
+            key = (states, depth, tuple(group))
             plan = pass_cache.get(key)
             if plan is None:
-                plan = jump_plan(k, q, group, depth)
+                plan = jump_plan(states, group, depth)
                 cg.store_pass(key, plan)
             n0 = len(chart)
-            for pos, s_before, b, ranks in plan:
+            for pos, before, b, ranks in plan:
                 if pos > depth:
-                    chart.extend([tables.inside_lexeme(k, s_before, origins)] * (pos - depth))
+                    merged: dict = {}
+                    for (k, _), q, (_, origins) in zip(states, before, scans):
+                        if q >= 0:
+                            prev = merged.get((k, q))
+                            merged[(k, q)] = origins if prev is None else prev | origins
+                    chart.extend([tables.inside_lexemes(merged)] * (pos - depth))
                 try:
                     s = tables.step(chart, b)
                 except HorizonExceeded:
@@ -388,34 +394,41 @@ class Matcher:
                     walk(ranks, 0, len(ranks), pos + 1, base=pos + 1)
                 del chart[n0:]
 
-        def jump_plan(k: int, q: int, group: list[int], depth: int) -> list[tuple]:
-            """(position, DFA state before it, byte, tokens sorted by their rest) for each
-            way the tokens first complete lexeme ``k`` from state ``q``."""
-            table, acc = cg.sink_tables[k]
-            sink = table.shape[0] - 1
+        def jump_plan(states: tuple, group: list[int], depth: int) -> list[tuple]:
+            """(position, DFA states before it (-1: dead), byte, tokens sorted by their rest)
+            for each way the tokens first complete one of the lexemes from ``states``."""
             arr = np.asarray(group, dtype=np.int64)
             lengths = tt.lengths[arr]
             idx = np.arange(arr.shape[0])
-            st = np.full(arr.shape[0], q, dtype=np.int32)
+            tabs = [cg.sink_tables[k] for k, _ in states]
+            sinks = [t.shape[0] - 1 for t, _ in tabs]
+            st = np.array([[q for _, q in states]], dtype=np.int32).repeat(arr.shape[0], axis=0)
             plan = []
             for pos in range(depth, tt.max_len):
-                more = lengths[idx] > pos  # a token that ends inside the lexeme was found already
+                more = lengths[idx] > pos  # a token that ends inside a lexeme was found already
                 idx, st = idx[more], st[more]
                 if not idx.size:
                     break
                 col = tt.columns[pos][arr[idx]]
-                nxt = table[st, col]
-                live = nxt != sink
-                idx, st, col, nxt = idx[live], st[live], col[live], nxt[live]
-                done = acc[nxt]
+                nxt = np.empty_like(st)
+                live = np.zeros(idx.shape[0], dtype=bool)
+                done = np.zeros(idx.shape[0], dtype=bool)
+                for i, (table, acc) in enumerate(tabs):
+                    nxt[:, i] = table[st[:, i], col]
+                    alive_i = nxt[:, i] != sinks[i]
+                    live |= alive_i
+                    done |= alive_i & acc[nxt[:, i]]
+                idx, st, col, nxt, done = idx[live], st[live], col[live], nxt[live], done[live]
                 if done.any():
-                    codes = st[done].astype(np.int64) * 256 + col[done]
+                    before = np.where(st[done] == np.array(sinks, dtype=np.int32), -1, st[done])
+                    codes = np.concatenate([before.astype(np.int64), col[done, None]], axis=1)
                     members = idx[done]
-                    for code in np.unique(codes).tolist():
-                        s_before, b = divmod(code, 256)
-                        ranks = sorted(arr[members[codes == code]].tolist(),
+                    uniq, inverse = np.unique(codes, axis=0, return_inverse=True)
+                    inverse = inverse.reshape(-1)
+                    for u, row in enumerate(uniq.tolist()):
+                        ranks = sorted(arr[members[inverse == u]].tolist(),
                                        key=lambda r: sorted_bytes[r][pos + 1:])
-                        plan.append((pos, s_before, b, ranks))
+                        plan.append((pos, tuple(row[:-1]), row[-1], ranks))
                     keep = ~done
                     idx, st = idx[keep], nxt[keep]
                 else:
@@ -498,7 +511,7 @@ class Matcher:
             return arr[may & ~alive].tolist()
 
         cur = chart[-1]
-        if not cur.items and len(cur.scans) == 1:
+        if not cur.items:
             jump(list(ranks), 0)
             return found, undecided
         # the first byte, with numpy: exit candidates can be tens of thousands of tokens
