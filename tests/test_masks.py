@@ -153,3 +153,26 @@ def test_mask_equals_brute_force_many_states(gname):
 
         total += walk_and_compare(cg, ref, vocab, greedy_tokenize(w, vocab), rng, 40, check_sample=32)
     assert total >= 20
+
+
+def test_self_loop_shortcut_classifies_like_the_full_run(monkeypatch):
+    """Tokens made only of bytes that loop on a state are set aside before the DFA run
+    (lexeme_tokens.SELF_LOOP_SHORTCUT); the classes must equal those of the full run.
+    The shortcut is forced on every looping state (string bodies, digits, whitespace)."""
+    from gramgen.automata import lexeme_tokens
+
+    cg = compiled("json.lark", "llama3")
+    checked = 0
+    for k, dfa in enumerate(cg.tables.lex_dfas):
+        table, acc = cg.sink_tables[k]
+        for q in range(dfa.n_states):
+            if not (table[q] == q).any():
+                continue
+            runs = []
+            for threshold in (1, 10**9):
+                monkeypatch.setattr(lexeme_tokens, "SELF_LOOP_SHORTCUT", threshold)
+                runs.append(lexeme_tokens.classify_tokens(cg.token_table, table, acc, q, cg.follow_masks[k]))
+            fast, full = runs
+            assert (fast.inside == full.inside).all() and (fast.exits == full.exits).all()
+            checked += 1
+    assert checked >= 5

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from ..errors import GrammarError
 from ..grammar.ir import GrammarIR, productive_symbols
 
@@ -165,7 +167,8 @@ class ParserTables:
         self.nullable = self._nullable(N, lex_nullable)
         # bit b of lex_first_bytes[k][q] is set iff byte b keeps lexeme k alive from q
         self.lex_first_bytes = [
-            [sum(1 << b for b, t in enumerate(row) if t >= 0) for row in d.rows] for d in lex_dfas
+            [int.from_bytes(row.tobytes(), "little")
+             for row in np.packbits(d.transitions >= 0, axis=1, bitorder="little")] for d in lex_dfas
         ]
         self._predictions: dict = {}
         self.follow_lexemes = self._follow_lexemes()

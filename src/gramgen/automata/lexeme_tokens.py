@@ -43,6 +43,11 @@ def sink_table(transitions: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarr
     return table, acc
 
 
+#: a state with at least this many self-looping bytes first sets aside the tokens made
+#: only of those bytes (a cheap bit test per token) before running the DFA on the others
+SELF_LOOP_SHORTCUT = 16
+
+
 def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
                     follow: np.ndarray | None = None) -> LexemeTokens:
     """``follow``: bool[256], the bytes that may come right after the lexeme ends (a
@@ -53,6 +58,13 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
     exit_flag = np.zeros(n_ranks, dtype=bool)
     idx = tt.by_length  # ranks, longest first
     lengths = tt.lengths
+    loops = table[state] == state
+    if loops.sum() >= SELF_LOOP_SHORTCUT:
+        # tokens made only of bytes that loop on ``state`` (the body of a string) stay
+        # alive and come back to it: inside, without running the DFA over them
+        stay = tt.made_only_of(loops)
+        inside[stay] = True
+        idx = idx[~stay[idx]]
     st = np.full(idx.shape[0], state, dtype=np.int32)
     for pos in range(tt.max_len):
         if idx.size == 0:

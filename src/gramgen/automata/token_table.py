@@ -45,7 +45,32 @@ class TokenTable:
             flat[pos, has] = blob[starts[has] + pos]
         #: ``columns[pos][rank]`` is byte ``pos`` of that token (0 past its end)
         self.columns = flat
+        #: ``byte_sets[rank]``: the bytes the token contains, a 256-bit set in 4 words
+        sets = np.zeros((len(ids), 4), dtype=np.uint64)
+        for pos in range(self.max_len):
+            has = np.flatnonzero(lengths > pos)
+            b = flat[pos, has].astype(np.uint64)
+            sets[has, (b >> np.uint64(6)).astype(np.intp)] |= np.left_shift(np.uint64(1), b & np.uint64(63))
+        self.byte_sets = sets
+        self._made_of: dict[bytes, np.ndarray] = {}
         self._by_bytes: dict[bytes, int] | None = None
+
+    def made_only_of(self, allowed: np.ndarray) -> np.ndarray:
+        """bool per rank: whether the token's bytes all lie in ``allowed`` (bool[256]).
+        Cached per byte set: the string bodies of a grammar share a handful of them."""
+        key = np.packbits(allowed, bitorder="little").tobytes()
+        found = self._made_of.get(key)
+        if found is None:
+            words = np.frombuffer(key, dtype="<u8")
+            hit = self.byte_sets[:, 0] & ~words[0]
+            for w in range(1, 4):
+                hit |= self.byte_sets[:, w] & ~words[w]
+            found = hit == 0
+            found.flags.writeable = False
+            if len(self._made_of) >= 64:
+                self._made_of = {}  # a reader holding the old dict still reads correct values
+            self._made_of[key] = found
+        return found
 
     def prefix_end(self, prefix: bytes, lo: int = 0) -> int:
         """First rank (>= lo) whose bytes do not start with ``prefix`` (prefix ranks are contiguous)."""
