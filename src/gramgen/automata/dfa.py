@@ -9,6 +9,7 @@ from the start and can reach acceptance, so "the DFA has a state after these byt
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from typing import Iterable
 
@@ -137,7 +138,7 @@ class _NFA:
             if key in memo:
                 return memo[key]
             if isinstance(r, CharRanges):
-                n = len(utf8_automaton(normalize_ranges(r.ranges)))
+                n = len(_char_automaton(r.ranges))
             elif isinstance(r, ByteRanges):
                 n = 1
             elif isinstance(r, (Seq, Alt)):
@@ -191,7 +192,7 @@ class _NFA:
         raise TypeError(f"not a regex node: {rx!r}")
 
     def _chars(self, rx: CharRanges, src: int) -> int:
-        automaton = utf8_automaton(normalize_ranges(rx.ranges))
+        automaton = _char_automaton(rx.ranges)
         dst = self.state()
         ids = [src] + [self.state() for _ in range(len(automaton) - 1)]
         for i, edges in enumerate(automaton):
@@ -232,6 +233,19 @@ class _NFA:
             src = self.build(rx.item, src)
         self.eps[src].append(dst)
         return dst
+
+
+def _char_automaton(ranges) -> list:
+    """The UTF-8 automaton of a character class (shared: lexemes repeat a few classes)."""
+    try:
+        return _cached_char_automaton(ranges)
+    except TypeError:  # ranges given as lists: not hashable
+        return utf8_automaton(normalize_ranges(ranges))
+
+
+@functools.lru_cache(maxsize=8192)
+def _cached_char_automaton(ranges) -> list:
+    return utf8_automaton(normalize_ranges(ranges))
 
 
 def _byte_classes(edges: list[list[_Edge]]) -> tuple[list[tuple[int, int]], list[int]]:
