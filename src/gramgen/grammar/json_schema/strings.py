@@ -10,6 +10,8 @@ limitation: characters that may stand raw are spelled raw).
 
 from __future__ import annotations
 
+import functools
+
 from ...errors import GrammarError
 from .. import cpdfa
 from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
@@ -70,7 +72,11 @@ def json_char(ranges: Ranges) -> Regex:
     controls, and ``\\u00XX`` (either hex case) for the other controls. Escapes of
     characters that may stand raw (``\\u00e9``, ``\\/``) are not generated: one spelling
     per character keeps string automata small (documented over-constraint)."""
-    ranges = normalize_ranges(ranges)
+    return _json_char(normalize_ranges(ranges))
+
+
+@functools.lru_cache(maxsize=8192)
+def _json_char(ranges: tuple) -> Regex:
     parts: list[Regex] = []
     raw = _intersect(ranges, _RAW_OK)
     if raw:
