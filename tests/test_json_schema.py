@@ -244,6 +244,28 @@ def test_negated_object_keywords_agree_with_jsonschema(index):
     assert verdicts == {True, False}
 
 
+def test_allof_of_anyof_lists_drops_pairs_whose_types_cannot_meet():
+    """oneOf of six overlapping array branches: exclusivity merges five negations, each an
+    anyOf over types; pairs with disjoint types match nothing and are dropped before the
+    branch limit applies (3^5 raw combinations, a few dozen that can match)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"oneOf": [{"type": "array", "maxItems": 3, "items": {"enum": [f"a{i}", f"b{i}", "c"]}}
+                        for i in range(6)]}
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(3)
+    pool = [f"{p}{i}" for p in "ab" for i in range(6)] + ["c", "d"]
+    verdicts = set()
+    for _ in range(200):
+        value = [rng.choice(pool) for _ in range(rng.randint(0, 4))]
+        ok = validator.is_valid(value)
+        verdicts.add(ok)
+        assert accepts(cg, compact(value)) == ok, value
+    for value in (None, 1, "a0", {}):
+        assert not accepts(cg, compact(value))
+    assert verdicts == {True, False}
+
+
 def test_remote_refs_only_from_the_mapping():
     schema = {"$ref": "http://example.com/item.json"}
     with pytest.raises(gramgen.SchemaError, match="never fetched"):

@@ -369,13 +369,19 @@ class SchemaCompiler:
             for k, v in b.items():
                 out[k] = list(dict.fromkeys([*out.get(k, []), *v]))
             return out
-        if kw in ("anyOf", "oneOf"):
+        if kw == "anyOf":
+            # allOf[anyOf A, anyOf B] = anyOf of the pairwise merges, less the pairs whose
+            # types cannot meet (each other's or the merged schema's): those match nothing
+            pairs = [(x, y) for x in a for y in b if _types_meet(x, y, merged.get("type"))]
+            if len(pairs) > MAX_BRANCH_PAIRS:
+                raise CompileLimitError(f"allOf of two {kw} lists makes {len(pairs)} combined branches "
+                                        f"(limit {MAX_BRANCH_PAIRS})")
+            return [{"allOf": [x, y]} for x, y in pairs] or [False]
+        if kw == "oneOf":
             if len(a) * len(b) > MAX_BRANCH_PAIRS:
                 raise CompileLimitError(f"allOf of two {kw} lists makes {len(a) * len(b)} combined branches "
                                         f"(limit {MAX_BRANCH_PAIRS})")
-            # allOf[anyOf A, anyOf B] = anyOf of the pairwise merges
-            return [{"allOf": [x, y]} for x in a for y in b] if kw == "anyOf" else \
-                self._merge_oneofs(a, b, where)
+            return self._merge_oneofs(a, b, where)
         if kw in ("items", "additionalProperties", "additionalItems", "propertyNames", "contains",
                   "unevaluatedProperties", "unevaluatedItems") and not isinstance(a, list) \
                 and not isinstance(b, list):
@@ -1370,6 +1376,23 @@ def _types_of(node: dict) -> frozenset[str]:
         if "number" in types:
             types.add("integer")
     return frozenset(types)
+
+
+def _types_meet(*schemas: Any) -> bool:
+    """False when the explicit ``type``s of these schemas (or a type value itself) have
+    no common type, so their allOf matches nothing; True when they may meet."""
+    common: set[str] | None = None
+    for sch in schemas:
+        if sch is False:
+            return False
+        t = sch.get("type") if isinstance(sch, dict) else sch if isinstance(sch, (str, list)) else None
+        if t is None:
+            continue
+        ts = {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)}
+        common = ts if common is None else _intersect_types(common, ts)
+        if not common:
+            return False
+    return True
 
 
 def _intersect_types(a: set[str], b: set[str]) -> set[str]:
