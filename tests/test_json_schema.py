@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from decimal import Decimal
 
 import pytest
@@ -118,6 +119,29 @@ def test_pattern_is_unanchored_and_intersects_with_length():
     anchored = gramgen.compile(gramgen.Grammar.from_json_schema({"pattern": "^\\d{3}$"}), BYTE_VOCAB)
     assert accepts(anchored, b'"123"') and not accepts(anchored, b'"1234"')
     assert accepts(anchored, b"17")  # pattern applies to strings only
+
+
+@pytest.mark.parametrize("pattern", [
+    "UTC|(Africa/[A-Za-z]+)|(America/[A-Za-z]+)|(Antarctica/[A-Za-z]+)|(Arctic/[A-Za-z]+)|(Asia/[A-Za-z]+)"
+    "|(Atlantic/[A-Za-z]+)|(Australia/[A-Za-z]+)|(Europe/[A-Za-z]+)|(Indian/[A-Za-z]+)|(Pacific/[A-Za-z]+)",
+    "a|b*", "^x|y$", "(ab)+c", "[^a]b|a[^b]"])
+def test_unanchored_patterns_match_like_re_search(pattern):
+    """Unanchored patterns: once a match is found every continuation is accepted, so the
+    states still tracking other partial matches collapse into one (the timezone pattern
+    needed over 20,000 DFA states before); the language is unchanged."""
+    from gramgen.grammar.json_schema import strings
+
+    dfa = cpdfa.from_regex(strings.pattern_regex(pattern))
+    assert dfa.n_states < 200
+    rng = random.Random(pattern)
+    alphabet = "aAbcxyUTC/isEurope" + "é!"
+    for _ in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        if rng.random() < 0.3:
+            word = rng.choice(["Asia/", "Europe/Paris", "UTC", "ab", "abc", "y", "x"])
+            i = rng.randint(0, len(text))
+            text = text[:i] + word + text[i:]
+        assert dfa.matches(text) == bool(re.search(pattern, text)), text
 
 
 # ------------------------------------------------------------------ errors and inputs
@@ -461,3 +485,14 @@ def test_pathological_schemas_are_bounded(name):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert time.perf_counter() - t0 < 60
+
+
+def test_compile_limit_names_the_subschema():
+    """A budget exceeded deep inside a schema names the innermost subschema (JSON pointer)."""
+    schema = {"type": "object", "properties": {
+        "ok": {"type": "string"},
+        "big": {"type": "array", "items": {"type": "string", "format": "email", "maxLength": 255}}}}
+    with pytest.raises(gramgen.CompileLimitError) as info:
+        gramgen.Grammar.from_json_schema(schema)
+    assert info.value.pointer == "/properties/big/items"
+    assert str(info.value).startswith("/properties/big/items: ")

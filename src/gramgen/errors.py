@@ -51,7 +51,15 @@ class TokenRejected(GramgenError):
 
 
 class CompileLimitError(GramgenError):
-    """Compiling exceeded a configured budget (automaton size, time)."""
+    """Compiling exceeded a configured budget (automaton size, time).
+
+    ``pointer``: for a JSON Schema, the JSON pointer of the innermost subschema whose
+    compilation went over the budget (None when not known)."""
+
+    def __init__(self, message: str, pointer: str | None = None):
+        self.message = message
+        self.pointer = pointer
+        super().__init__(f"{pointer or '#'}: {message}" if pointer is not None else message)
 
 
 def position_to_line_col(text: str, pos: int) -> tuple[int, int]:

@@ -154,7 +154,14 @@ def from_regex(rx: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointD
     nfa = _NFA(max(100_000, 20 * max_states))
     start = nfa.state()
     final = nfa.build(rx, start)
+    universal = _universal_states(nfa, final)
+    # every subset holding a state from which all strings are accepted (the tail of an
+    # unanchored pattern, ``P[\s\S]*``) accepts everything: one DFA state for all of them,
+    # instead of one per combination of partial matches still in flight
+    everything = nfa.closure(universal) if universal else None
     first = nfa.closure([start])
+    if universal and first & universal:
+        first = everything
     index = {first: 0}
     order = [first]
     edges: list[Edges] = []
@@ -166,6 +173,8 @@ def from_regex(rx: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointD
         raw = [e for s in cur for e in nfa.edges[s]]
         for lo, hi, targets in _split(raw):
             nxt = nfa.closure(targets)
+            if universal and nxt & universal:
+                nxt = everything
             j = index.get(nxt)
             if j is None:
                 if len(order) >= max_states:
@@ -178,6 +187,50 @@ def from_regex(rx: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointD
                 out.append((lo, hi, j))
         edges.append(out)
     return trim(CodepointDFA(edges, [final in s for s in order]))
+
+
+def _universal_states(nfa: _NFA, final: int, limit: int = 2_000) -> frozenset[int]:
+    """NFA states from which every string is accepted (a sound under-approximation).
+
+    Greatest fixpoint: start from the states whose epsilon-closure holds ``final`` and
+    drop any whose character edges into the set do not cover every code point."""
+    back: dict[int, list[int]] = {}
+    for s, outs in enumerate(nfa.eps):
+        for t in outs:
+            back.setdefault(t, []).append(s)
+    cands = {final}
+    todo = [final]
+    while todo:
+        for s in back.get(todo.pop(), ()):
+            if s not in cands:
+                cands.add(s)
+                todo.append(s)
+                if len(cands) > limit:
+                    return frozenset()
+    closures: dict[int, frozenset[int]] = {}
+
+    def closure(s: int) -> frozenset[int]:
+        c = closures.get(s)
+        if c is None:
+            c = closures[s] = nfa.closure([s])
+        return c
+
+    universal = set(cands)
+    changed = True
+    while changed:
+        changed = False
+        for s in list(universal):
+            covered = normalize_ranges([(lo, hi) for x in closure(s) for lo, hi, t in nfa.edges[x]
+                                        if closure(t) & universal])
+            if not _covers(covered, ANY_CHAR):
+                universal.discard(s)
+                changed = True
+    return frozenset(universal)
+
+
+def _covers(ranges: Ranges, wanted: Ranges) -> bool:
+    """Whether the merged ``ranges`` include every range of ``wanted``."""
+    return all(any(lo <= a and b <= hi for lo, hi in ranges) for a, b in wanted)
 
 
 # ---------------------------------------------------------------- algebra

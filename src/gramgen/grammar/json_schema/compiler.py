@@ -193,7 +193,13 @@ class SchemaCompiler:
             return sym
         name = self.fresh("v")
         self._memo[key] = name  # recursion through $ref refers back to this name
-        alternatives = self._alternatives(node)
+        try:
+            alternatives = self._alternatives(node)
+        except CompileLimitError as exc:
+            if exc.pointer is not None:
+                raise
+            # the innermost subschema that went over a budget names where
+            raise CompileLimitError(exc.message, self.resolver.pointer(node)) from None
         if not alternatives:
             self._memo[key] = None
             return None
