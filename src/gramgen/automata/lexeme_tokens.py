@@ -48,6 +48,14 @@ def sink_table(transitions: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarr
 SELF_LOOP_SHORTCUT = 16
 
 
+def dfa_step(table: np.ndarray, states: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """``table[states, column]`` for a C-contiguous ``[n, 256]`` table, as one gather on
+    the flat table (about 3x faster than numpy's two-array fancy indexing)."""
+    idx = np.left_shift(states, 8)
+    idx |= column
+    return table.ravel().take(idx)
+
+
 def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
                     follow: np.ndarray | None = None) -> LexemeTokens:
     """``follow``: bool[256], the bytes that may come right after the lexeme ends (a
@@ -69,7 +77,7 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
     for pos in range(tt.max_len):
         if idx.size == 0:
             break
-        st = table[st, tt.columns[pos][idx]]
+        st = dfa_step(table, st, tt.columns[pos][idx])
         alive = st != sink
         if not alive.all():
             idx, st = idx[alive], st[alive]
@@ -104,7 +112,7 @@ def run_suffixes(tt: TokenTable, table: np.ndarray, acc: np.ndarray, follow: np.
     for pos in range(depth, tt.max_len):
         if not pos_idx.size:
             break
-        st = table[st, tt.columns[pos][ranks[pos_idx]]]
+        st = dfa_step(table, st, tt.columns[pos][ranks[pos_idx]])
         live = st != sink
         if not live.all():
             pos_idx, st = pos_idx[live], st[live]

@@ -22,6 +22,8 @@ import threading
 
 import numpy as np
 
+from .lexeme_tokens import dfa_step
+
 _UNKNOWN = -2
 _DEAD = -1
 
@@ -110,7 +112,7 @@ class LexerAutomaton:
                 break
             col = tt.columns[pos][ranks[pos_idx]].astype(np.int64)
             table = self._table
-            nxt = table[st, col]
+            nxt = dfa_step(table, st, col)
             unknown = nxt == _UNKNOWN
             if unknown.any():
                 pairs = np.unique(st[unknown] * 256 + col[unknown])
@@ -124,7 +126,7 @@ class LexerAutomaton:
                 if self.gave_up:
                     ok[pos_idx] = True
                     return ok
-                nxt = self._table[st, col]
+                nxt = dfa_step(self._table, st, col)
             live = nxt >= 0
             pos_idx, st = pos_idx[live], nxt[live]
             ending = lengths[pos_idx] == pos + 1

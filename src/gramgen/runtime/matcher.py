@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..automata.earley import HorizonExceeded, LocalSignatures, horizon_view
-from ..automata.lexeme_tokens import run_suffixes
+from ..automata.lexeme_tokens import dfa_step, run_suffixes
 from ..errors import TokenRejected
 from . import bitmask
 from .compiled import CompiledGrammar
@@ -414,7 +414,7 @@ class Matcher:
                 live = np.zeros(idx.shape[0], dtype=bool)
                 done = np.zeros(idx.shape[0], dtype=bool)
                 for i, (table, acc) in enumerate(tabs):
-                    nxt[:, i] = table[st[:, i], col]
+                    nxt[:, i] = dfa_step(table, st[:, i], col)
                     alive_i = nxt[:, i] != sinks[i]
                     live |= alive_i
                     done |= alive_i & acc[nxt[:, i]]
