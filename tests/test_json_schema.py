@@ -290,6 +290,27 @@ def test_allof_of_anyof_lists_drops_pairs_whose_types_cannot_meet():
     assert verdicts == {True, False}
 
 
+@pytest.mark.parametrize("draft", [4, 7, 2020])
+def test_negated_items_in_every_draft(draft):
+    """oneOf exclusivity negates `items` into "some item fails it": enforced in every draft,
+    although `contains` is not a keyword before draft 6 (a draft-04 schema of
+    JSONSchemaBench let `{"_elements": []}` match both branches)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    attrs = [{"type": "object", "required": ["p"], "properties": {"p": {"enum": [v]}}} for v in ("r", "d")]
+    items = {"type": "array", "items": {"type": "integer"}}
+    schema = {"type": "object", "oneOf": [{"properties": {"a": a, "e": items}} for a in attrs]}
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, draft=draft), BYTE_VOCAB)
+    validator = {4: jsonschema.Draft4Validator, 7: jsonschema.Draft7Validator,
+                 2020: jsonschema.Draft202012Validator}[draft](schema)
+    verdicts = set()
+    for value in ({}, {"e": []}, {"e": [1]}, {"e": ["x"]}, {"a": {"p": "r"}}, {"a": {"p": "d"}, "e": ["x"]},
+                  {"a": {"p": "r"}, "e": [1, "x"]}, {"a": {"p": "x"}}, {"a": {"p": "d"}, "e": [2]}):
+        ok = validator.is_valid(value)
+        verdicts.add(ok)
+        assert accepts(cg, compact(value)) == ok, value
+    assert verdicts == {True, False}
+
+
 def test_remote_refs_only_from_the_mapping():
     schema = {"$ref": "http://example.com/item.json"}
     with pytest.raises(gramgen.SchemaError, match="never fetched"):

@@ -412,6 +412,10 @@ class SchemaCompiler:
             return [*a, *b]
         if kw == "$ref":
             return {"allOf": [{"$ref": a}, {"$ref": b}]}
+        if kw == "__contains__":
+            # "some item fails A" and "some item fails B" become "some item fails both":
+            # never wider than the schema (a documented over-constraint when they differ)
+            return {"allOf": [a, b]}
         raise SchemaError(f"unsupported: allOf combines two different {kw!r} values that cannot be merged exactly",
                           self.resolver.pointer(where) + "/allOf")
 
@@ -579,7 +583,9 @@ class SchemaCompiler:
             return [{"type": "object", "__some_key__": [({"type": "string", "pattern": p}, self.negate(sub, depth + 1))]}
                     for p, sub in v.items()]
         if kw == "items" and not isinstance(v, list) and not schema.get("prefixItems"):
-            return [{"type": "array", "contains": self.negate(v, depth + 1)}]
+            # some item fails it: an internal keyword, active in every draft (`contains`
+            # itself is not a keyword before draft 6, so a schema's own one is ignored there)
+            return [{"type": "array", "__contains__": self.negate(v, depth + 1)}]
         if kw in SUPPORTED or kw.startswith("__"):
             raise _NotExpressible(f"`{'patternProperties' if kw == '__pp_parts__' else kw}` cannot be negated")
         return []  # extension keywords never fail
@@ -924,6 +930,10 @@ class SchemaCompiler:
         max_c = self._count(node, "maxContains", None) if contains is not None else None
         if contains is not None and self.draft < 2019:
             min_c, max_c = 1, None  # minContains/maxContains arrived in 2019-09
+        if "__contains__" in node:  # from a negated `items`: some item fails it
+            if contains is not None and not (min_c == 0 and max_c is None):
+                self.unsupported("contains", node, "together with the negation of `items` (two contains constraints)")
+            contains, min_c, max_c = node["__contains__"], 1, None
         if max_c is not None and max_c < min_c:
             return []
         options: dict[int, list[tuple[str, int]]] = {}  # position -> [(item symbol, counts as contained)]
