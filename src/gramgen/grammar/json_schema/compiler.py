@@ -934,6 +934,7 @@ class SchemaCompiler:
             if contains is not None and not (min_c == 0 and max_c is None):
                 self.unsupported("contains", node, "together with the negation of `items` (two contains constraints)")
             contains, min_c, max_c = node["__contains__"], 1, None
+        contains_kw = "items" if "__contains__" in node else "contains"  # what an error names
         if max_c is not None and max_c < min_c:
             return []
         options: dict[int, list[tuple[str, int]]] = {}  # position -> [(item symbol, counts as contained)]
@@ -948,7 +949,8 @@ class SchemaCompiler:
                     try:
                         negated = self.negate(contains, 0)
                     except _NotExpressible as exc:
-                        self.unsupported("contains", node, f"its negation is not expressible ({exc})")
+                        detail = "" if contains_kw == "contains" else " (an items schema negated for not / oneOf)"
+                        self.unsupported(contains_kw, node, f"its negation is not expressible{detail} ({exc})")
                         negated = True
                     pairs = [(self.value(self.merge([schema, contains], node, 1)), 1),
                              (self.value(self.merge([schema, negated], node, 1)), 0)]
