@@ -11,7 +11,6 @@ against it. ``tools/jsonschemabench_walk.py`` walks the instances of a sample.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import time
@@ -22,15 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import gramgen  # noqa: E402
-from conftest import SHARED, vocabulary  # noqa: E402
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(*_):
-    raise _Timeout()
+from conftest import vocabulary  # noqa: E402
+from jsonschemabench_walk import _alarm, _Timeout, records  # noqa: E402 - tools/ is on sys.path
 
 
 def main() -> None:
@@ -45,24 +37,20 @@ def main() -> None:
     per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     times: list[float] = []
     start = time.time()
-    for f in sorted((SHARED / "data" / "jsonschemabench").glob("*/dev.jsonl")):
-        if wanted and f.parent.name not in wanted:
+    for category, rec in records(None):
+        if wanted and category not in wanted:
             continue
-        for line in f.read_text(encoding="utf-8").split("\n"):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            per[f.parent.name][1] += 1
-            t = time.time()
-            try:
-                signal.alarm(args.time_limit)
-                gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"]), vocab)
-            except (_Timeout, gramgen.GramgenError, RecursionError):
-                continue
-            finally:
-                signal.alarm(0)
-            per[f.parent.name][0] += 1
-            times.append(time.time() - t)
+        per[category][1] += 1
+        t = time.time()
+        try:
+            signal.alarm(args.time_limit)
+            gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"]), vocab)
+        except (_Timeout, gramgen.GramgenError, RecursionError):
+            continue
+        finally:
+            signal.alarm(0)
+        per[category][0] += 1
+        times.append(time.time() - t)
     ok, total = sum(a for a, _ in per.values()), sum(b for _, b in per.values())
     print(f"{ok}/{total} = {100 * ok / total:.1f} % compile ({args.tokenizer}, {args.time_limit} s limit), "
           f"{time.time() - start:.0f} s")
