@@ -131,7 +131,7 @@ def test_unanchored_patterns_match_like_re_search(pattern):
     needed over 20,000 DFA states before); the language is unchanged."""
     from gramgen.grammar.json_schema import strings
 
-    dfa = cpdfa.from_regex(strings.pattern_regex(pattern))
+    dfa = strings.pattern_dfa(pattern)
     assert dfa.n_states < 200
     rng = random.Random(pattern)
     alphabet = "aAbcxyUTC/isEurope" + "é!"
@@ -142,6 +142,76 @@ def test_unanchored_patterns_match_like_re_search(pattern):
             i = rng.randint(0, len(text))
             text = text[:i] + word + text[i:]
         assert dfa.matches(text) == bool(re.search(pattern, text)), text
+
+
+def _ecma_search(pattern: str, text: str) -> bool:
+    """Reference ECMA-262 search for the ASCII-safe patterns below: Python's ``re`` with
+    ``$`` meaning the very end (``\\Z``), as in ECMA without the ``m`` flag."""
+    out, in_class, escaped = [], False, False
+    for c in pattern:
+        out.append("\\Z" if c == "$" and not in_class and not escaped else c)
+        in_class = (c == "[" or in_class) and not (c == "]" and not escaped)
+        escaped = c == "\\" and not escaped
+    return re.search("".join(out), text) is not None
+
+
+@pytest.mark.parametrize("pattern", [
+    "^$|(^(?:[^ ]+ +){0,4}[^ ]+$)", "(^gs://(.+))|(^http://(.+))|(^https://(.+))", "^([^,]|$)",
+    "^$[a-z$_]*$", r"^(/?((\.{2})|([a-z0-9-]*))($|/))*$", "(^$)|(^[a-fA-F0-9]{3}$)", "^^a", "a$$",
+    "(a|$)+", "(^|x)y", "x(^|y)", "^a|b$", "$^", "(^)*a", "a($|b)c"])
+def test_anchors_anywhere_match_like_ecma(pattern):
+    """``^``/``$`` inside groups and branches keep their zero-width meaning (start / end
+    of the string only; ``$`` not before a final newline); these patterns raised before."""
+    from gramgen.grammar.json_schema import strings
+
+    dfa = strings.pattern_dfa(pattern)
+    rng = random.Random(pattern)
+    alphabet = "ab,xy$/.-_é \n:gshtp0A"
+    texts = ["", "a", "\n", "a\n", "ab", "ac", "abc", "gs://x", "https://", "..", "../x/", "x y", "$"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8))) for _ in range(1500)]
+    for text in texts:
+        assert dfa.matches(text) == _ecma_search(pattern, text), (pattern, text)
+
+
+def test_negated_class_escapes_inside_classes():
+    """``[\\S]``, ``[a-z\\W]``, ``[^\\D]`` use ECMA's sets (U+0085 is not ECMA white
+    space; U+FEFF is), written out as code points inside the class."""
+    from gramgen.grammar.json_schema import strings
+
+    cases = {r"^[\S]$": {"a": True, "\x85": True, "\ufeff": False, "\u3000": False, " ": False, "\n": False},
+             r"^[b\W]$": {"b": True, "a": False, "_": False, "é": True, "-": True},
+             r"^[^\D]$": {"7": True, "a": False, "\u0663": False}}
+    for pattern, expect in cases.items():
+        dfa = strings.pattern_dfa(pattern)
+        for text, want in expect.items():
+            assert dfa.matches(text) == want, (pattern, text)
+
+
+def test_length_bound_implied_by_the_format_is_not_multiplied_in():
+    """A hostname is at most 247 characters here, so ``maxLength: 255`` adds nothing and
+    no length counter (this needed over 20,000 automaton states before)."""
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(
+        {"type": "string", "format": "hostname", "maxLength": 255}), BYTE_VOCAB)
+    longest = ".".join(["a" * 30] * 8)
+    assert len(longest) == 247
+    assert accepts(cg, json.dumps(longest).encode())
+    assert not accepts(cg, json.dumps(longest + "a").encode())
+    short = gramgen.compile(gramgen.Grammar.from_json_schema(
+        {"type": "string", "format": "hostname", "maxLength": 20, "minLength": 3}), BYTE_VOCAB)
+    for n in (1, 2, 3, 20, 21):
+        assert accepts(short, json.dumps("a" * n).encode()) == (3 <= n <= 20), n
+    dfa = cpdfa.from_regex(gramgen.grammar.json_schema.strings.format_regex("date"))
+    assert cpdfa.length_range(dfa) == (10, 10)
+
+
+def test_declared_names_meet_patterns_with_ecma_end_anchor():
+    """A declared name ``"a\\n"`` does not match ``^a$`` (Python's ``$`` would match
+    before the final newline and wrongly add the pattern's schema to the property; the
+    ``jsonschema`` package does exactly that, so the expectations are written out)."""
+    schema = {"properties": {"a\n": {"type": "integer"}}, "patternProperties": {"^a$": {"type": "string"}}}
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    for value, valid in (({"a\n": 1}, True), ({"a\n": "x"}, False), ({"a": "x"}, True), ({"a": 1}, False)):
+        assert accepts(cg, compact(value)) == valid, value
 
 
 # ------------------------------------------------------------------ errors and inputs

@@ -158,10 +158,18 @@ def from_regex(rx: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointD
     # every subset holding a state from which all strings are accepted (the tail of an
     # unanchored pattern, ``P[\s\S]*``) accepts everything: one DFA state for all of them,
     # instead of one per combination of partial matches still in flight
-    everything = nfa.closure(universal) if universal else None
+    # a subset is keyed by its members with character edges (and the final state): the
+    # epsilon-only states add nothing, and keying on them would split one state per way in
+    # (an Automaton node's edges each end in their own NFA state)
+    useful = [bool(out) for out in nfa.edges]
+    useful[final] = True
+
+    def key(states: frozenset[int]) -> frozenset[int]:
+        return frozenset(s for s in states if useful[s])
+
+    everything = key(nfa.closure(universal)) if universal else None
     first = nfa.closure([start])
-    if universal and first & universal:
-        first = everything
+    first = everything if universal and first & universal else key(first)
     index = {first: 0}
     order = [first]
     edges: list[Edges] = []
@@ -173,8 +181,7 @@ def from_regex(rx: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointD
         raw = [e for s in cur for e in nfa.edges[s]]
         for lo, hi, targets in _split(raw):
             nxt = nfa.closure(targets)
-            if universal and nxt & universal:
-                nxt = everything
+            nxt = everything if universal and nxt & universal else key(nxt)
             j = index.get(nxt)
             if j is None:
                 if len(order) >= max_states:
@@ -231,6 +238,135 @@ def _universal_states(nfa: _NFA, final: int, limit: int = 2_000) -> frozenset[in
 def _covers(ranges: Ranges, wanted: Ranges) -> bool:
     """Whether the merged ``ranges`` include every range of ``wanted``."""
     return all(any(lo <= a and b <= hi for lo, hi in ranges) for a, b in wanted)
+
+
+def strip_markers(dfa: CodepointDFA, bos: int, eos: int, *,
+                  max_states: int = DEFAULT_MAX_STATES) -> CodepointDFA:
+    """The texts ``w`` (code points up to U+10FFFF) for which ``dfa`` accepts
+    ``bos^m w eos^n`` for some ``m, n >= 1``; the empty text when ``dfa`` accepts any
+    string of markers alone (there both ends are one position: ``$^`` matches it).
+
+    This is how anchors anywhere in a pattern get their exact zero-width meaning: with
+    ``^`` read as the character ``bos`` and ``$`` as ``eos`` (see ``anchor_markers`` in
+    :func:`gramgen.grammar.regex.parse_regex`), a match may use ``^`` only before any
+    character of ``w`` and ``$`` only after all of them, as often as it likes, because
+    the markers stand only at the two ends and nothing but an anchor reads them.
+    """
+    if dfa.is_empty():
+        return CodepointDFA([], [])
+
+    def step(q: int, c: int) -> int:
+        for lo, hi, t in dfa.edges[q]:
+            if lo <= c <= hi:
+                return t
+        return -1
+
+    starts: list[int] = []
+    q = step(0, bos)
+    while q >= 0 and q not in starts:
+        starts.append(q)
+        q = step(q, bos)
+
+    def ends(q: int) -> bool:
+        seen: set[int] = set()
+        q = step(q, eos)
+        while q >= 0 and q not in seen:
+            if dfa.accepting[q]:
+                return True
+            seen.add(q)
+            q = step(q, eos)
+        return False
+
+    def empty_text() -> bool:
+        # in the empty text both ends are one position, so anchors may come in any order
+        seen, todo = {0}, [0]
+        while todo:
+            q = todo.pop()
+            if dfa.accepting[q]:
+                return True
+            for c in (bos, eos):
+                t = step(q, c)
+                if t >= 0 and t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return False
+
+    ok = [ends(s) for s in range(dfa.n_states)]
+    # states accepting every continuation (a match seen in an unanchored search): a subset
+    # holding one accepts everything, so it collapses to that state alone
+    universal = {q for q in range(dfa.n_states) if dfa.accepting[q]}
+    wanted = normalize_ranges(ANY_CHAR + ((bos, bos), (eos, eos)))
+    changed = True
+    while changed and universal:
+        changed = False
+        for q in list(universal):
+            into = normalize_ranges([(lo, hi) for lo, hi, t in dfa.edges[q] if t in universal])
+            if not _covers(into, wanted):
+                universal.discard(q)
+                changed = True
+    anything = frozenset([min(universal)]) if universal else None
+    # the start is its own entry (tagged None), since only it may accept the empty text
+    first: tuple = (anything if anything is not None and not universal.isdisjoint(starts) else frozenset(starts),
+                    None)
+    index: dict = {first: 0}
+    order: list = [first]
+    edges: list[Edges] = []
+    i = 0
+    while i < len(order):
+        cur = order[i][0]
+        i += 1
+        out: Edges = []
+        raw = [(lo, min(hi, MAX_CODEPOINT), t) for s in cur for lo, hi, t in dfa.edges[s] if lo <= MAX_CODEPOINT]
+        for lo, hi, targets in _split(raw):
+            if anything is not None and not targets.isdisjoint(universal):
+                targets = anything
+            key = (targets, True)
+            j = index.get(key)
+            if j is None:
+                if len(order) >= max_states:
+                    raise CompileLimitError(f"string constraint needs more than {max_states} DFA states")
+                j = index[key] = len(order)
+                order.append(key)
+            if out and out[-1][2] == j and out[-1][1] + 1 == lo:
+                out[-1] = (out[-1][0], hi, j)
+            else:
+                out.append((lo, hi, j))
+        edges.append(out)
+    accepting = [any(ok[s] for s in subset) for subset, _ in order]
+    accepting[0] = empty_text()
+    return trim(CodepointDFA(edges, accepting))
+
+
+def length_range(dfa: CodepointDFA) -> tuple[int, int | None]:
+    """The shortest and longest accepted lengths (longest None: unbounded) of a trimmed,
+    non-empty DFA."""
+    n = dfa.n_states
+    dist = [-1] * n
+    dist[0] = 0
+    queue = [0]
+    for q in queue:  # breadth first: the first accepting state found is the nearest
+        for _, _, t in dfa.edges[q]:
+            if dist[t] < 0:
+                dist[t] = dist[q] + 1
+                queue.append(t)
+    shortest = min(dist[q] for q in range(n) if dfa.accepting[q] and dist[q] >= 0)
+    # longest path in a DAG (every state of a trimmed DFA lies on an accepting path, so
+    # any cycle makes the length unbounded)
+    indeg = [0] * n
+    for q in range(n):
+        for _, _, t in dfa.edges[q]:
+            indeg[t] += 1
+    longest = [0] * n
+    order = [q for q in range(n) if indeg[q] == 0]
+    for q in order:
+        for _, _, t in dfa.edges[q]:
+            longest[t] = max(longest[t], longest[q] + 1)
+            indeg[t] -= 1
+            if indeg[t] == 0:
+                order.append(t)
+    if len(order) < n:
+        return shortest, None
+    return shortest, max(longest[q] for q in range(n) if dfa.accepting[q])
 
 
 # ---------------------------------------------------------------- algebra

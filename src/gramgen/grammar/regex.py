@@ -55,12 +55,20 @@ _TYPE_FLAGS = int(re.A | re.L | re.U)
 _ABSENT = object()
 
 
-def parse_regex(pattern: str, flags: int | str = 0, *, source: str | None = None) -> Regex:
+def parse_regex(pattern: str, flags: int | str = 0, *, source: str | None = None,
+                anchor_markers: tuple[int, int] | None = None) -> Regex:
     """The lexeme AST matching exactly what ``re.fullmatch(pattern, s, flags)`` matches.
 
     ``flags`` is an ``re`` flag int or Lark-style letters (``"imsxua"``). Errors carry the
     1-based line/column inside ``pattern`` (and ``offset``, the character offset) so a
     frontend can translate them to its own source positions.
+
+    With ``anchor_markers=(bos, eos)`` (two code points above U+10FFFF) every ``^`` /
+    ``\\A`` becomes the character ``bos`` and every ``$`` / ``\\Z`` the character ``eos``,
+    wherever they stand: the caller matches the result against ``bos* text eos*`` (at
+    least one of each), which gives anchors their zero-width meaning exactly (see
+    :func:`gramgen.grammar.cpdfa.strip_markers`). ``$`` then means the end of the text
+    only (ECMA-262), not Python's "or before a final newline".
     """
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be str, not {type(pattern).__name__}")
@@ -73,7 +81,7 @@ def parse_regex(pattern: str, flags: int | str = 0, *, source: str | None = None
         raise _error("regex is nested too deeply", pattern, 0, source) from None
     except Exception as e:  # OverflowError, ValueError: the parser's other complaints
         raise _error(f"invalid regex: {e}", pattern, 0, source) from None
-    conv = _Converter(pattern, source, tree.state.flags)
+    conv = _Converter(pattern, source, tree.state.flags, anchor_markers)
     try:
         rx, _ = conv.seq(list(tree), tree.state.flags, True, True)
     except RecursionError:
@@ -297,8 +305,10 @@ def _combine_flags(flags: int, add: int, delete: int) -> int:
 class _Converter:
     """Walks the sre parse tree; tracks which anchors are provably at an end."""
 
-    def __init__(self, pattern: str, source: str | None, flags: int):
+    def __init__(self, pattern: str, source: str | None, flags: int,
+                 anchor_markers: tuple[int, int] | None = None):
         self.pattern = pattern
+        self.markers = anchor_markers
         self.source = source
         self.verbose = bool(flags & re.X)
         self.seen: dict[str, int] = defaultdict(int)
@@ -373,6 +383,11 @@ class _Converter:
     def anchor(self, code, flags: int, at_start: bool, at_end: bool) -> Regex:
         kind = _AT_KIND.get(code, "anchor")
         self.visit(kind)
+        if self.markers is not None and not (flags & re.M and kind in ("^", "$")):
+            if kind in ("^", "\\A"):
+                return CharRanges(((self.markers[0], self.markers[0]),))
+            if kind in ("$", "\\Z"):
+                return CharRanges(((self.markers[1], self.markers[1]),))
         if kind in ("^", "\\A") and at_start or kind in ("$", "\\Z") and at_end:
             return EMPTY
         if kind == "\\b":

@@ -785,10 +785,10 @@ class SchemaCompiler:
         hi = self._count(node, "maxLength", None)
         patterns = _as_patterns(node["pattern"]) if "pattern" in node else []
         fmt = node.get("format")
-        constraints: list[Regex] = []
+        constraints: list[Regex | cpdfa.CodepointDFA] = []
         for p in patterns:
             try:
-                constraints.append(strings.pattern_regex(p))
+                constraints.append(strings.pattern_dfa(p))
             except strings.PatternError as exc:
                 self.unsupported("pattern", node, f"{p!r}: {exc}")
         if isinstance(fmt, str):
@@ -807,16 +807,21 @@ class SchemaCompiler:
                 return [self._long_string(lo, hi)]
             return [self.lex(strings.quoted(Repeat(strings.ANY_JSON_CHAR, lo, hi)), "STR")]
         dfa = None
-        length = Repeat(CharRanges(cpdfa.ANY_CHAR), lo, hi)
-        if lo or hi is not None:
-            constraints.append(length)
-        if dfa is None and not constraints:
+        if not constraints:
             constraints.append(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
         for rx in constraints:
-            d = cpdfa.from_regex(rx)
+            d = rx if isinstance(rx, cpdfa.CodepointDFA) else cpdfa.from_regex(rx)
             dfa = d if dfa is None else cpdfa.intersect(dfa, d)
             if dfa.is_empty():
                 return []
+        if lo or hi is not None:
+            # the length counter multiplies the states; skip it when the other constraints
+            # already keep every string within lo..hi (a hostname is at most 247 long)
+            shortest, longest = cpdfa.length_range(dfa)
+            if shortest < lo or hi is not None and (longest is None or longest > hi):
+                dfa = cpdfa.intersect(dfa, cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), lo, hi)))
+                if dfa.is_empty():
+                    return []
         dfa = self._exclude_strings(dfa, node)
         if dfa.is_empty():
             return []
@@ -873,7 +878,7 @@ class SchemaCompiler:
             parts.append(cpdfa.from_regex(alt([literal(v) if v else EMPTY for v in vals]) if vals else NOTHING))
         for p in _as_patterns(node.get("pattern", [])) if "pattern" in node else []:
             try:
-                parts.append(cpdfa.from_regex(strings.pattern_regex(p)))
+                parts.append(strings.pattern_dfa(p))
             except strings.PatternError as exc:
                 self.unsupported("pattern", node, f"{p!r}: {exc}")
         fmt = node.get("format")
@@ -898,7 +903,7 @@ class SchemaCompiler:
         strings of ``__not_enum__``)."""
         for p in node.get("__not_pattern__", []):
             try:
-                dfa = cpdfa.difference(dfa, cpdfa.from_regex(strings.pattern_regex(p)))
+                dfa = cpdfa.difference(dfa, strings.pattern_dfa(p))
             except strings.PatternError as exc:
                 self.unsupported("not", node, f"pattern {p!r}: {exc}")
         excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, str)]
@@ -1029,7 +1034,7 @@ class SchemaCompiler:
             compiled_patterns = []
             for p, sub in part_patterns.items():
                 try:
-                    compiled_patterns.append((p, cpdfa.from_regex(strings.pattern_regex(p)), sub))
+                    compiled_patterns.append((p, strings.pattern_dfa(p), sub))
                 except strings.PatternError as exc:
                     self.unsupported("patternProperties", node, f"{p!r}: {exc}")
                     return []

@@ -14,7 +14,7 @@ import functools
 
 from ...errors import GrammarError
 from .. import cpdfa
-from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
+from ..ir import EMPTY, MAX_CODEPOINT, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
 from ..regex import intersect_ranges as _intersect, parse_regex
 from ..simplify import alt, seq
 
@@ -109,8 +109,33 @@ def string_literal(value: str) -> Regex:
 
 # ------------------------------------------------------------------ ECMA-262 patterns
 
-_ECMA_SPACE = (r"\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff")
-_CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": _ECMA_SPACE}
+_CLASS_RANGES: dict[str, Ranges] = {
+    "d": ((0x30, 0x39),),
+    "w": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
+    "s": ((0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
+          (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)),
+}
+"""ECMA-262 ``\\d``, ``\\w`` (ASCII) and ``\\s`` (WhiteSpace and LineTerminator)."""
+
+
+def _class_body(ranges: Ranges) -> str:
+    """Python character-class text for ``ranges`` (explicit code points)."""
+    return "".join(f"\\U{lo:08x}" if lo == hi else f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges)
+
+
+def _complement(ranges: Ranges) -> Ranges:
+    out, nxt = [], 0
+    for lo, hi in ranges:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= 0x10FFFF:
+        out.append((nxt, 0x10FFFF))
+    return tuple(out)
+
+
+_CLASS_ESCAPES = {k: _class_body(v) for k, v in _CLASS_RANGES.items()}
+_NEGATED_CLASS_ESCAPES = {k.upper(): _class_body(_complement(v)) for k, v in _CLASS_RANGES.items()}
 
 
 class PatternError(Exception):
@@ -134,9 +159,8 @@ def ecma_to_python(pattern: str) -> str:
                 body = _CLASS_ESCAPES[nxt]
                 out.append(body if in_class else f"[{body}]")
             elif nxt in "DWS":
-                if in_class:
-                    raise PatternError(f"\\{nxt} inside a character class is not supported")
-                out.append(f"[^{_CLASS_ESCAPES[nxt.lower()]}]")
+                body = _NEGATED_CLASS_ESCAPES[nxt]  # spelled out: a class may hold other items
+                out.append(body if in_class else f"[{body}]")
             elif nxt == "p" or nxt == "P":
                 raise PatternError(f"Unicode property escape \\{nxt}{{...}} is not supported")
             elif nxt == "c" and i + 2 < n and pattern[i + 2].isalpha():
@@ -192,6 +216,8 @@ def ecma_to_python(pattern: str) -> str:
             continue
         if ch == ".":
             out.append("[^\\n\\r\\u2028\\u2029]")
+        elif ch == "$":
+            out.append("\\Z")  # ECMA: the end only (Python's $ also matches before a final newline)
         elif ch == "(" and pattern.startswith("(?<", i) and not pattern.startswith(("(?<=", "(?<!"), i):
             out.append("(?P<")
             i += 3
@@ -202,56 +228,30 @@ def ecma_to_python(pattern: str) -> str:
     return "".join(out)
 
 
-def _top_level_branches(p: str) -> list[str]:
-    depth, start, i, in_class = 0, 0, 0, False
-    parts = []
-    while i < len(p):
-        c = p[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            parts.append(p[start:i])
-            start = i + 1
-        i += 1
-    parts.append(p[start:])
-    return parts
+_BOS, _EOS = MAX_CODEPOINT + 1, MAX_CODEPOINT + 2
+"""Stand-ins for the two ends of the text, for anchors (see cpdfa.strip_markers)."""
+_SEARCH_PAD = Repeat(CharRanges(normalize_ranges(cpdfa.ANY_CHAR + ((_BOS, _EOS),))), 0, None)
 
 
-def _ends_with_anchor(b: str) -> bool:
-    if not b.endswith("$"):
-        return False
-    k = len(b) - 1
-    backslashes = 0
-    while k > 0 and b[k - 1] == "\\":
-        backslashes += 1
-        k -= 1
-    return backslashes % 2 == 0
+@functools.lru_cache(maxsize=1024)
+def pattern_dfa(pattern: str) -> cpdfa.CodepointDFA:
+    """The decoded strings in which the ECMA-262 ``pattern`` finds a match (JSON Schema
+    patterns are not anchored), as a code-point DFA (shared: treat as read-only).
+
+    ``^`` and ``$`` may stand anywhere (``^$|^\\S+$``, ``(^a|b$)``, ``^(x($|/))*$``): the
+    pattern is searched in ``bos text eos`` with the anchors reading the markers."""
+    py = ecma_to_python(pattern)
+    try:
+        core = parse_regex(py, anchor_markers=(_BOS, _EOS))
+    except GrammarError as exc:
+        raise PatternError(str(exc).split(" (at")[0]) from None
+    dfa = cpdfa.from_regex(seq([_SEARCH_PAD, core, _SEARCH_PAD]))
+    return cpdfa.strip_markers(dfa, _BOS, _EOS)
 
 
 def pattern_regex(pattern: str) -> Regex:
-    """The decoded strings in which the ECMA-262 ``pattern`` finds a match (JSON Schema
-    patterns are not anchored)."""
-    py = ecma_to_python(pattern)
-    branches = []
-    for b in _top_level_branches(py):
-        left = b.startswith("^")
-        right = _ends_with_anchor(b)
-        core = b[1 if left else 0:len(b) - 1 if right else len(b)]
-        branches.append(("" if left else r"[\s\S]*") + f"(?:{core})" + ("" if right else r"[\s\S]*"))
-    full = "|".join(branches)
-    try:
-        return parse_regex(full)
-    except GrammarError as exc:
-        raise PatternError(str(exc).split(" (at")[0]) from None
+    """:func:`pattern_dfa` as a regex node."""
+    return cpdfa.as_regex(pattern_dfa(pattern))
 
 
 # ------------------------------------------------------------------ formats
