@@ -49,6 +49,10 @@ KNOWN_UNSUPPORTED = {"$dynamicRef", "$recursiveRef", "$recursiveAnchor"}
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 STRING_FORMATS_WE_REJECT = {"regex", "iri", "iri-reference", "idn-email", "idn-hostname", "uri-template"}
 """Standard formats with no exact regex here: a SchemaError (or lenient)."""
+EXACT_FORMATS = {"date", "uuid", "ipv4", "ipv6", "duration", "json-pointer", "relative-json-pointer", "uri",
+                 "uri-reference"}
+"""Formats whose regex here is the whole format (the others accept a documented subset, so
+their negation would let through strings that are in fact of that format)."""
 
 MAX_RULES = 200_000
 LONG_STRING = 256
@@ -543,6 +547,14 @@ class SchemaCompiler:
             return [{"type": "string", "__not_pattern__": _as_patterns(v)}]
         if kw == "__not_pattern__":
             return [{"type": "string", "pattern": p} for p in v]
+        if kw == "format" and isinstance(v, str):
+            if v in EXACT_FORMATS:
+                return [{"type": "string", "__not_format__": [v]}]
+            if strings.format_regex(v) is None and v not in STRING_FORMATS_WE_REJECT:
+                return []  # an unknown format is an annotation: it never fails
+            raise _NotExpressible(f"`format: {v}` cannot be negated (its grammar is a subset of the format)")
+        if kw == "__not_format__":
+            return [{"type": "string", "format": f} for f in v]
         if kw == "multipleOf":
             return [{"type": "number", "__not_multipleOf__": [v]}]
         if kw == "__not_integer__":
@@ -798,9 +810,9 @@ class SchemaCompiler:
             elif fmt in STRING_FORMATS_WE_REJECT and not self.lenient_formats:
                 self.unsupported("format", node, f"format {fmt!r} has no exact grammar here "
                                  "(lenient_formats=True accepts any string)")
-        not_patterns = node.get("__not_pattern__", [])
+        negated = node.get("__not_pattern__", []) + node.get("__not_format__", [])
         excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, str)]
-        if not constraints and not not_patterns and not excluded:
+        if not constraints and not negated and not excluded:
             if hi is not None and hi < lo:
                 return []
             if max(lo, hi or 0) > LONG_STRING:
@@ -868,7 +880,7 @@ class SchemaCompiler:
                 union = d if union is None else _union_dfa(union, d)
             return union if union is not None else cpdfa.CodepointDFA([], [])
         if not kws <= {"type", "pattern", "format", "minLength", "maxLength", "enum", "const",
-                       "__not_enum__", "__not_pattern__"}:
+                       "__not_enum__", "__not_pattern__", "__not_format__"}:
             self.unsupported("propertyNames", node, f"only string keywords are supported, not {sorted(kws)}")
             return None
         parts = []
@@ -890,7 +902,7 @@ class SchemaCompiler:
         if "type" in node and "string" not in _types_of(node):
             return cpdfa.CodepointDFA([], [])
         if not parts:
-            if "__not_enum__" not in node and "__not_pattern__" not in node:
+            if not {"__not_enum__", "__not_pattern__", "__not_format__"} & set(node):
                 return None
             parts.append(_ANY_NAME())
         dfa = parts[0]
@@ -899,8 +911,10 @@ class SchemaCompiler:
         return self._exclude_strings(dfa, node)
 
     def _exclude_strings(self, dfa: cpdfa.CodepointDFA, node: dict) -> cpdfa.CodepointDFA:
-        """``dfa`` without the strings a negation excluded (``__not_pattern__``, and the
-        strings of ``__not_enum__``)."""
+        """``dfa`` without the strings a negation excluded (``__not_pattern__``,
+        ``__not_format__``, and the strings of ``__not_enum__``)."""
+        for f in node.get("__not_format__", []):
+            dfa = cpdfa.difference(dfa, cpdfa.from_regex(strings.format_regex(f)))
         for p in node.get("__not_pattern__", []):
             try:
                 dfa = cpdfa.difference(dfa, strings.pattern_dfa(p))
@@ -1519,7 +1533,8 @@ def _strip_internal(node: Any) -> Any:
                     {"properties": {n: True for n in names}, "patternProperties": _strip_internal(pp),
                      "additionalProperties": _strip_internal(add)} for names, pp, add in v)
             elif k.startswith("__not_"):
-                inner = {"__not_enum__": "enum", "__not_pattern__": "pattern", "__not_multipleOf__": "multipleOf"}[k]
+                inner = {"__not_enum__": "enum", "__not_pattern__": "pattern", "__not_multipleOf__": "multipleOf",
+                         "__not_format__": "format"}[k]
                 if inner == "enum":
                     out.setdefault("allOf", []).append({"not": {"enum": v}})
                 else:

@@ -325,7 +325,7 @@ FORMATS: dict[str, str] = {
 }
 """Format name -> Python regex (fullmatch) over the decoded string. Each accepts a subset
 of what the format's RFC allows (see README: hostname labels <= 30 characters and <= 8 of
-them, email local parts in dot-atom form, no leap seconds, ASCII-only URIs)."""
+them, email local parts in dot-atom form, no leap seconds; URIs are RFC 3986 exactly)."""
 
 
 def format_regex(name: str) -> Regex | None:
