@@ -249,6 +249,10 @@ DIFFERENTIAL = [
     {"not": {"oneOf": [{"type": "integer"}, {"minimum": 2}, {"type": "string", "maxLength": 1}]}},
     {"allOf": [{"oneOf": [{"type": "integer"}, {"minimum": 2}]}, {"oneOf": [{"maximum": 3}, {"type": "array"}]}]},
     {"allOf": [{"type": "object", "x-editor-hint": "a"}, {"required": ["a"], "x-editor-hint": "b"}]},
+    # one anyOf / oneOf reached ten times through allOf: A and A = A (not 2**10 branches)
+    {"$defs": {"A": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]}},
+     "allOf": [{"$ref": "#/$defs/A"}] * 10},
+    {"$defs": {"B": {"oneOf": [{"type": "integer"}, {"minimum": 2}]}}, "allOf": [{"$ref": "#/$defs/B"}] * 10},
 ]
 CANDIDATES = [None, True, 1, 2, 3, 6, -3, 2.5, "x", "ab", "abc", "ba", [], ["a"], ["a", "b"], [1, "a", "b"],
               ["a", 1, "b", "c"], ["a", "b", "c", "d"], [1, 7], [1, 2], {}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2},

@@ -380,14 +380,18 @@ class SchemaCompiler:
                 out[k] = list(dict.fromkeys([*out.get(k, []), *v]))
             return out
         if kw == "anyOf":
+            if a == b:  # the same list reached twice (a $ref used along two paths): A and A = A
+                return list(a)
             # allOf[anyOf A, anyOf B] = anyOf of the pairwise merges, less the pairs whose
             # types cannot meet (each other's or the merged schema's): those match nothing
             pairs = [(x, y) for x in a for y in b if _types_meet(x, y, merged.get("type"))]
             if len(pairs) > MAX_BRANCH_PAIRS:
                 raise CompileLimitError(f"allOf of two {kw} lists makes {len(pairs)} combined branches "
                                         f"(limit {MAX_BRANCH_PAIRS})")
-            return [{"allOf": [x, y]} for x, y in pairs] or [False]
+            return [x if x == y else {"allOf": [x, y]} for x, y in pairs] or [False]
         if kw == "oneOf":
+            if a == b:  # exactly one of A, twice over: still exactly one of A
+                return list(a)
             if len(a) * len(b) > MAX_BRANCH_PAIRS:
                 raise CompileLimitError(f"allOf of two {kw} lists makes {len(a) * len(b)} combined branches "
                                         f"(limit {MAX_BRANCH_PAIRS})")
