@@ -219,11 +219,11 @@ def test_declared_names_meet_patterns_with_ecma_end_anchor():
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
-    ({"properties": {"a": {"not": {"dependentRequired": {"x": ["y"]}}}}}, "not", "/properties/a/not"),
+    ({"properties": {"a": {"not": {"prefixItems": [{"const": 1}]}}}}, "not", "/properties/a/not"),
     ({"type": "string", "format": "uri-template"}, "format", "/format"),
-    ({"type": "array", "contains": {"dependentRequired": {"x": ["y"]}}}, "contains", "/contains"),
-    ({"oneOf": [{"dependentRequired": {"x": ["y"]}}, {"required": ["a"]}]}, "oneOf", "/oneOf"),
-    ({"if": {"dependentRequired": {"x": ["y"]}}, "then": {"minProperties": 1}}, "if", "/if"),
+    ({"type": "array", "contains": {"prefixItems": [{"const": 1}]}}, "contains", "/contains"),
+    ({"oneOf": [{"prefixItems": [{"const": 1}]}, {"type": "array"}]}, "oneOf", "/oneOf"),
+    ({"if": {"prefixItems": [{"const": 1}]}, "then": {"minItems": 1}}, "if", "/if"),
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(schema, keyword, pointer):
     with pytest.raises(gramgen.SchemaError) as info:
@@ -249,6 +249,11 @@ DIFFERENTIAL = [
     {"not": {"oneOf": [{"type": "integer"}, {"minimum": 2}, {"type": "string", "maxLength": 1}]}},
     {"allOf": [{"oneOf": [{"type": "integer"}, {"minimum": 2}]}, {"oneOf": [{"maximum": 3}, {"type": "array"}]}]},
     {"allOf": [{"type": "object", "x-editor-hint": "a"}, {"required": ["a"], "x-editor-hint": "b"}]},
+    # negated dependencies: a trigger present without a name it requires, or failing its schema
+    {"not": {"dependentRequired": {"a": ["b"]}}},
+    {"type": "object", "oneOf": [{"dependentRequired": {"a": ["b"], "b": ["a"]}}, {"required": ["b"]}]},
+    {"if": {"dependentSchemas": {"k": {"required": ["v"]}}}, "then": {"minProperties": 2}, "else": {"maxProperties": 1},
+     "properties": {"k": {}, "v": {}}},
     # one anyOf / oneOf reached ten times through allOf: A and A = A (not 2**10 branches)
     {"$defs": {"A": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]}},
      "allOf": [{"$ref": "#/$defs/A"}] * 10},
@@ -298,6 +303,23 @@ def test_negated_formats_agree_with_jsonschema(index):
 def test_formats_with_a_partial_grammar_are_not_negated():
     with pytest.raises(gramgen.SchemaError, match="email"):
         gramgen.Grammar.from_json_schema({"not": {"format": "email"}})
+
+
+def test_oneof_negates_only_branches_that_may_overlap():
+    """Branch A allows only the name ``a`` and B requires ``b``: they share no object, so
+    A (whose ``prefixItems`` cannot be negated) is never negated; B and C overlap on
+    integers and are made exclusive. Differential against jsonschema."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"oneOf": [
+        {"type": "object", "properties": {"a": {"type": "array", "prefixItems": [{"const": 1}]}},
+         "required": ["a"], "additionalProperties": False},
+        {"required": ["b"], "properties": {"b": {"type": "integer"}}},
+        {"type": "integer", "minimum": 2}]}
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in [1, 2, 5, "x", None, {}, {"a": [1]}, {"a": [2]}, {"a": [1, 5]}, {"b": 1, "a": [1]}, {"b": 1},
+                  {"b": "x"}, {"b": 1, "c": 2}, {"c": 1}, {"a": 1}, [1]]:
+        assert accepts(cg, compact(value)) == validator.is_valid(value), value
 
 
 PATTERN_SCHEMAS = [

@@ -465,7 +465,7 @@ class SchemaCompiler:
             branches = [self.merge([rest, b], node, 1) if _asserts(rest) else self.normalize(b, 1)
                         for b in node["oneOf"]]
             if not self._pairwise_disjoint(branches):
-                branches = self._exclusive(node, node["oneOf"], rest)
+                branches = self._exclusive(node, node["oneOf"], rest, branches)
             out = []
             for b in branches:
                 sym = self.value(b)
@@ -474,21 +474,27 @@ class SchemaCompiler:
             return out
         return self._typed(node)
 
-    def _exclusive(self, node: dict, options: list, rest: dict) -> list:
-        """oneOf as anyOf of (branch i and no other branch): exact when every branch can
-        be negated."""
+    def _exclusive(self, node: dict, options: list, rest: dict, merged: list) -> list:
+        """oneOf as anyOf of (branch i and no other branch that may overlap it): exact when
+        every branch that overlaps another can be negated. ``merged``: the branches with
+        ``rest`` merged in, for the disjointness test."""
         if len(options) > 8:
             self.unsupported("oneOf", node, f"{len(options)} overlapping branches (limit 8)")
             return [self.merge([rest, b], node, 1) for b in options]
+        sigs = [self._signature(b) for b in merged]
+        overlaps = [[j for j in range(len(options)) if j != i and not _disjoint(sigs[i], sigs[j])]
+                    for i in range(len(options))]
+        negations: dict[int, Any] = {}
         try:
-            negations = [self.negate(b, 0) for b in options]
+            for j in sorted({j for js in overlaps for j in js}):
+                negations[j] = self.negate(options[j], 0)
         except _NotExpressible as exc:
             self.unsupported("oneOf", node, "branches may overlap and one of them has no expressible "
                              f"negation ({exc})")
             return [self.merge([rest, b], node, 1) for b in options]
         out = []
         for i, b in enumerate(options):
-            parts = [rest, b, *(negations[j] for j in range(len(options)) if j != i)]
+            parts = [rest, b, *(negations[j] for j in overlaps[i])]
             out.append(self.merge(parts, node, 1))
         return out
 
@@ -577,6 +583,18 @@ class SchemaCompiler:
             return [{"type": t, other: n + 1}]
         if kw == "not":
             return [v]
+        if kw in ("dependentRequired", "dependentSchemas", "dependencies"):
+            # some trigger is present and a name it requires is absent, or the object
+            # fails the schema it brings
+            out = []
+            for k, dep in v.items():
+                if isinstance(dep, list):
+                    out.extend({"type": "object", "required": [k], "properties": {r: False}} for r in dep if r != k)
+                else:
+                    neg = self.negate(dep, depth + 1)
+                    if neg is not False:
+                        out.append({"allOf": [{"type": "object", "required": [k]}, neg]})
+            return out
         if kw == "anyOf":
             return [{"allOf": [self.negate(b, depth + 1) for b in v]}]
         if kw == "oneOf":  # none matches, or two (or more) do
@@ -623,13 +641,15 @@ class SchemaCompiler:
                     return False
         return True
 
-    def _signature(self, node: Any) -> tuple[frozenset[str], list | None, dict]:
-        """(possible instance types, enum values or None, required-const discriminators)."""
+    def _signature(self, node: Any) -> tuple:
+        """(possible instance types, enum values or None, required-const discriminators,
+        required names, (closed, names): with closed only ``names`` may appear in an
+        object, else ``names`` may not)."""
         node = self.normalize(node, 1)
         if node is False:
-            return frozenset(), [], {}
+            return frozenset(), [], {}, frozenset(), (False, frozenset())
         if node is True:
-            return frozenset(TYPES), None, {}
+            return frozenset(TYPES), None, {}, frozenset(), (False, frozenset())
         types = _types_of(node)
         values = None
         if "const" in node:
@@ -644,7 +664,14 @@ class SchemaCompiler:
                 sub = self.normalize(sub, 1)
                 if isinstance(sub, dict) and ("const" in sub or "enum" in sub):
                     discr[name] = [sub["const"]] if "const" in sub else list(sub["enum"])
-        return types, values, discr
+        plain = not any(k in node for k in ("patternProperties", "__pp_parts__", "unevaluatedProperties",
+                                            "dependentSchemas", "dependencies", "allOf", "anyOf", "oneOf",
+                                            "not", "if", "$ref"))
+        if plain and node.get("additionalProperties") is False:
+            names = (True, frozenset(k for k, v in props.items() if v is not False))
+        else:
+            names = (False, frozenset(k for k, v in props.items() if v is False))
+        return types, values, discr, frozenset(node.get("required", [])), names
 
     # -------------------------------------------------------------- typed values
 
@@ -1475,17 +1502,25 @@ def _json_equal(a: Any, b: Any) -> bool:
 
 
 def _disjoint(x, y) -> bool:
-    types_x, values_x, discr_x = x
-    types_y, values_y, discr_y = y
+    """Whether two signatures (see ``_signature``) provably share no instance."""
+    types_x, values_x, discr_x, req_x, names_x = x
+    types_y, values_y, discr_y, req_y, names_y = y
     if not (types_x & types_y):
         return True
     if values_x is not None and values_y is not None:
         return not any(_json_equal(a, b) for a in values_x for b in values_y)
+    if not types_x & types_y <= {"object"}:
+        return False
     for name in discr_x.keys() & discr_y.keys():
         if not any(_json_equal(a, b) for a in discr_x[name] for b in discr_y[name]):
-            if types_x & types_y <= {"object"}:
-                return True
-    return False
+            return True
+    # an object one side requires a name that the other side does not allow
+
+    def forbids(names, name: str) -> bool:
+        closed, listed = names
+        return name not in listed if closed else name in listed
+
+    return any(forbids(names_y, r) for r in req_x) or any(forbids(names_x, r) for r in req_y)
 
 
 def _lcm_decimal(a: Decimal, b: Decimal) -> Decimal:
