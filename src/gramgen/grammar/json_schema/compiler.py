@@ -61,6 +61,10 @@ BLOCK = 64
 MAX_STRING_LENGTH = 1_000_000
 MAX_UNROLL = 1_000
 MAX_MERGE_DEPTH = 32
+MAX_NEGATION_DEPTH = 12
+"""Nested negations (a negated property of a negated property ...) followed at most this deep."""
+MAX_NEGATED_ONEOF = 6
+"""A negated oneOf of n branches is "none or two of them": 1 + n(n-1)/2 alternatives."""
 MAX_BRANCH_PAIRS = 256
 """allOf of two anyOf/oneOf lists: at most this many combined branches (each is compiled)."""
 
@@ -518,7 +522,7 @@ class SchemaCompiler:
         """A schema for exactly the instances that ``schema`` rejects, built keyword by
         keyword (De Morgan): a keyword that constrains one type is false only for
         instances of that type, so its negation names that type."""
-        if depth > 6:
+        if depth > MAX_NEGATION_DEPTH:
             raise _NotExpressible("negation nests too deeply")
         schema = self.normalize(schema, 1)
         if schema is True:
@@ -598,8 +602,8 @@ class SchemaCompiler:
         if kw == "anyOf":
             return [{"allOf": [self.negate(b, depth + 1) for b in v]}]
         if kw == "oneOf":  # none matches, or two (or more) do
-            if len(v) > 6:
-                raise _NotExpressible(f"`oneOf` with {len(v)} branches cannot be negated (limit 6)")
+            if len(v) > MAX_NEGATED_ONEOF:
+                raise _NotExpressible(f"`oneOf` with {len(v)} branches cannot be negated (limit {MAX_NEGATED_ONEOF})")
             none = {"allOf": [self.negate(b, depth + 1) for b in v]}
             return [none, *({"allOf": [v[i], v[j]]} for i in range(len(v)) for j in range(i + 1, len(v)))]
         if kw == "properties":
