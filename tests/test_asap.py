@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from synthetic import (BINARY, EOS, Exact, binary_setup, empirical, enumerate_language, kl,
+from synthetic import (BINARY, Exact, binary_setup, empirical, enumerate_language, kl,
                        small_vocab, smollm2_yes_no)
 
 import gramgen

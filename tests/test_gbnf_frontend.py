@@ -224,7 +224,7 @@ GBNF_EXPECTED_FAILURES: dict[str, str] = {}  # every shared grammar converts tod
 
 
 def test_shared_gbnf_grammars_are_present():
-    assert len(GBNF_FILES) >= 30, f"../shared/data/gbnf not found or incomplete"
+    assert len(GBNF_FILES) >= 30, "../shared/data/gbnf not found or incomplete"
 
 
 @pytest.mark.parametrize("path", GBNF_FILES, ids=lambda p: str(p.relative_to(GBNF_DIR)))

@@ -300,7 +300,7 @@ def test_shared_grammar_same_language_as_lark(rel):
 
 
 def test_shared_lark_grammars_are_present():
-    assert len(LARK_FILES) >= 10, f"../shared/data/lark not found or incomplete"
+    assert len(LARK_FILES) >= 10, "../shared/data/lark not found or incomplete"
 
 
 @pytest.mark.parametrize("path", LARK_FILES, ids=lambda p: str(p.relative_to(LARK_DIR)))
