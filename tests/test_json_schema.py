@@ -322,6 +322,51 @@ def test_oneof_negates_only_branches_that_may_overlap():
         assert accepts(cg, compact(value)) == validator.is_valid(value), value
 
 
+CONTAINS_NEGATIONS = [
+    {"not": {"contains": {"type": "string"}}},
+    {"oneOf": [{"contains": {"type": "string"}}, {"contains": {"minimum": 2}}]},
+    {"not": {"not": {"contains": {"type": "string"}}}},
+    {"not": {"items": {"not": {"contains": {"const": 1}}}}},
+    {"type": "array", "prefixItems": [{"type": "integer"}], "not": {"contains": {"type": "integer"}}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "items": [{"type": "integer"}],
+     "additionalItems": {"type": "string"}, "not": {"contains": {"const": "a"}}},
+    {"if": {"contains": {"type": "string"}}, "then": {"maxItems": 1}, "else": {"minItems": 2}},
+]
+ARRAY_CANDIDATES = [[], [1], ["a"], [1, "a"], ["a", "b"], [1, 2], [3], [1, "a", 3], [[1]], [[2, 1]], [{"a": 1}],
+                    {"a": 1}, 5, "x", None]
+
+
+@pytest.mark.parametrize("index", range(len(CONTAINS_NEGATIONS)))
+def test_negated_contains_agrees_with_jsonschema(index):
+    """``not contains C`` = every item fails C (also past ``prefixItems`` / tuple
+    ``items``); the negation of a negated ``items`` ("some item fails it") likewise."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = CONTAINS_NEGATIONS[index]
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for value in ARRAY_CANDIDATES:
+        assert accepts(cg, compact(value)) == validator.is_valid(value), (schema, value)
+
+
+@pytest.mark.parametrize("schema", [
+    {"not": {"items": {"type": "integer"}}, "enum": [[1], ["a"]]},
+    {"not": {"propertyNames": {"maxLength": 1}}, "enum": [{"a": 1}, {"bb": 1}]},
+    {"not": {"additionalProperties": {"type": "integer"}}, "enum": [{"a": 1}, {"bb": "x"}]},
+    {"not": {"patternProperties": {"^b": {"type": "integer"}}}, "enum": [{"a": 1}, {"bb": "x"}, {"bb": 1}]},
+    {"not": {"contains": {"type": "string"}}, "enum": [[1], ["a"], [2, "b"]]},
+])
+def test_enum_values_meet_negated_array_and_object_keywords(schema):
+    """An enum next to a negated ``items`` / ``propertyNames`` / ``additionalProperties``
+    keeps only the values that meet the negation (the internal "some item / some
+    property" keywords were passed to jsonschema, which ignored them: ``[1]`` and
+    ``{"a": 1}`` were accepted)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in schema["enum"]:
+        assert accepts(cg, compact(value)) == validator.is_valid(value), value
+
+
 PATTERN_SCHEMAS = [
     {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 2}},
      "additionalProperties": {"type": "string"}},

@@ -420,7 +420,7 @@ class SchemaCompiler:
             return a or b
         if kw == "__not_integer__":
             return a or b
-        if kw.startswith("__not_") or kw == "__some_key__":
+        if kw.startswith("__not_") or kw in ("__some_key__", "__every_item__"):
             return [*a, *b]
         if kw == "$ref":
             return {"allOf": [{"$ref": a}, {"$ref": b}]}
@@ -620,6 +620,22 @@ class SchemaCompiler:
         if kw == "patternProperties":
             return [{"type": "object", "__some_key__": [({"type": "string", "pattern": p}, self.negate(sub, depth + 1))]}
                     for p, sub in v.items()]
+        if kw == "contains":
+            if self.draft < 6:
+                return []  # not a keyword before draft 6
+            lo = self._count(schema, "minContains", 1) if self.draft >= 2019 else 1
+            hi = self._count(schema, "maxContains", None) if self.draft >= 2019 else None
+            if lo == 0 and hi is None:
+                return []  # at least zero matches: never fails
+            if lo == 1 and hi is None:  # no item meets it
+                return [{"type": "array", "__every_item__": [self.negate(v, depth + 1)]}]
+            raise _NotExpressible("`contains` with minContains/maxContains cannot be negated")
+        if kw in ("minContains", "maxContains"):
+            return []  # negated together with `contains` (alone, or before 2019-09, they never fail)
+        if kw == "__contains__":  # no item meets it
+            return [{"type": "array", "__every_item__": [self.negate(v, depth + 1)]}]
+        if kw == "__every_item__":  # some item fails one of them
+            return [{"type": "array", "__contains__": self.negate(x, depth + 1)} for x in v]
         if kw == "items" and not isinstance(v, list) and not schema.get("prefixItems"):
             # some item fails it: an internal keyword, active in every draft (`contains`
             # itself is not a keyword before draft 6, so a schema's own one is ignored there)
@@ -727,8 +743,28 @@ class SchemaCompiler:
             return []
         return [self.lex(alt([self.literal_value(v) for v in kept]), "ENUM")]
 
-    def _valid(self, value: Any, schema: dict) -> bool:
-        """Whether ``value`` satisfies ``schema`` (refs already absolute), per jsonschema."""
+    def _valid(self, value: Any, schema: Any) -> bool:
+        """Whether ``value`` satisfies ``schema`` (refs already absolute), per jsonschema;
+        the internal "some property" keywords of negations are evaluated here (jsonschema
+        has no keyword for them), the others are translated by ``_strip_internal``."""
+        if schema is True or schema is False:
+            return schema
+        schema = dict(schema)
+        some_key = schema.pop("__some_key__", [])
+        some_extra = schema.pop("__some_extra__", [])
+        if isinstance(value, dict):
+            for names, sub in some_key:
+                if not any(self._valid(k, names) and self._valid(x, sub) for k, x in value.items()):
+                    return False
+            for names_dfa, sub in some_extra:
+                if not any(names_dfa.matches(k) and self._valid(x, sub) for k, x in value.items()):
+                    return False
+        if _mentions(schema, ("__some_key__", "__some_extra__")):
+            self.unsupported("enum", schema, "an enum/const value under negated object keywords nested in "
+                             "other keywords cannot be checked")
+            return False
+        if not _asserts(schema):
+            return True
         try:
             import jsonschema
             from referencing import Registry, Resource
@@ -973,6 +1009,10 @@ class SchemaCompiler:
         else:
             prefix = node.get("prefixItems", []) if self.draft >= 2020 else []
             tail = node.get("items", True)
+        every = node.get("__every_item__", [])
+        if every:  # from a negated `contains`: every item meets these
+            prefix = [self.merge([p, *every], node, 1) for p in prefix]
+            tail = self.merge([tail, *every], node, 1)
         lo = self._count(node, "minItems", 0)
         hi = self._count(node, "maxItems", None)
         if node.get("uniqueItems") is True and (hi is None or hi > 1):
@@ -1561,6 +1601,15 @@ def _name_constraints(part: dict, name: str) -> list:
     return out
 
 
+def _mentions(node: Any, keys: tuple[str, ...]) -> bool:
+    """Whether any of ``keys`` appears as a keyword anywhere inside ``node``."""
+    if isinstance(node, dict):
+        return any(k in keys or _mentions(v, keys) for k, v in node.items())
+    if isinstance(node, (list, tuple)):
+        return any(_mentions(x, keys) for x in node)
+    return False
+
+
 def _strip_internal(node: Any) -> Any:
     if isinstance(node, _Patterns):
         return {"allOf": [{"pattern": p} for p in node]}
@@ -1571,6 +1620,10 @@ def _strip_internal(node: Any) -> Any:
                 out.setdefault("allOf", []).extend({"pattern": p} for p in v)
             elif k == "__not_integer__":
                 out.setdefault("allOf", []).append({"not": {"type": "integer"}})
+            elif k == "__contains__":  # some item meets it (`items` alone covers every item in all drafts)
+                out.setdefault("allOf", []).append({"not": {"items": {"not": _strip_internal(v)}}})
+            elif k == "__every_item__":
+                out.setdefault("allOf", []).extend({"items": _strip_internal(x)} for x in v)
             elif k == "__pp_parts__":
                 out.setdefault("allOf", []).extend(
                     {"properties": {n: True for n in names}, "patternProperties": _strip_internal(pp),
