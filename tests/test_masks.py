@@ -155,6 +155,47 @@ def test_mask_equals_brute_force_many_states(gname):
     assert total >= 20
 
 
+SHORTCUT_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 40}, "code": {"type": "string", "minLength": 3},
+                   "kind": {"enum": ["a", "bé", "中文"]}, "n": {"type": "integer", "minimum": -5},
+                   "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{2,30}$"}}},
+    "required": ["name", "n"]}
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "smollm2"])
+def test_sparse_and_chain_shortcuts_classify_like_the_full_run(monkeypatch, tokenizer):
+    """States few tokens can start from run the DFA over only those tokens
+    (lexeme_tokens.SPARSE_SHARE), and counted string bodies set aside the tokens made of
+    bytes that all advance the counter alike (``_uniform_chain``); on every state of a
+    schema with bounded strings, enums, numbers and flexible whitespace the classes must
+    equal those of the full run over the whole vocabulary."""
+    from gramgen.automata import lexeme_tokens
+
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"),
+                         vocabulary(tokenizer))
+    checked = {"sparse": 0, "chain": 0}
+    for k, dfa in enumerate(cg.tables.lex_dfas):
+        table, acc = cg.sink_tables[k]
+        for q in range(dfa.n_states):
+            runs = []
+            for threshold, share in ((lexeme_tokens.SELF_LOOP_SHORTCUT, lexeme_tokens.SPARSE_SHARE), (10**9, 0.0)):
+                with monkeypatch.context() as m:
+                    m.setattr(lexeme_tokens, "SELF_LOOP_SHORTCUT", threshold)
+                    m.setattr(lexeme_tokens, "SPARSE_SHARE", share)
+                    runs.append(lexeme_tokens.classify_tokens(cg.token_table, table, acc, q, cg.follow_masks[k]))
+            fast, full = runs
+            assert (fast.inside == full.inside).all() and (fast.exits == full.exits).all(), (k, q)
+            assert fast.n_exits == full.n_exits
+            live = np.flatnonzero(table[q] != table.shape[0] - 1)
+            starts = cg.token_table.first_start
+            if (starts[live + 1] - starts[live]).sum() < lexeme_tokens.SPARSE_SHARE * len(cg.token_table.sorted_bytes):
+                checked["sparse"] += 1
+            elif (table[q] != q).all() and lexeme_tokens._uniform_chain(cg.token_table, table, acc, q) is not None:
+                checked["chain"] += 1
+    assert checked["sparse"] >= 20 and checked["chain"] >= 20, checked
+
+
 def test_self_loop_shortcut_classifies_like_the_full_run(monkeypatch):
     """Tokens made only of bytes that loop on a state are set aside before the DFA run
     (lexeme_tokens.SELF_LOOP_SHORTCUT); the classes must equal those of the full run.

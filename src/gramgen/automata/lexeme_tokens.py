@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.bitmask import pack
+from ..runtime.bitmask import pack, set_bits
 from .token_table import TokenTable
 
 
@@ -56,16 +56,25 @@ def dfa_step(table: np.ndarray, states: np.ndarray, column: np.ndarray) -> np.nd
     return table.ravel().take(idx)
 
 
+#: a state whose live first bytes start fewer than this share of the tokens runs the DFA
+#: only over those tokens (contiguous rank ranges) and builds its masks from rank lists
+SPARSE_SHARE = 0.25
+
+
 def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
                     follow: np.ndarray | None = None) -> LexemeTokens:
     """``follow``: bool[256], the bytes that may come right after the lexeme ends (a
     token that ends the lexeme and continues with another byte is rejected outright)."""
     sink = table.shape[0] - 1
     n_ranks = len(tt.sorted_bytes)
+    lengths = tt.lengths
+    live = np.flatnonzero(table[state] != sink)
+    sizes = tt.first_start[live + 1] - tt.first_start[live]
+    if sizes.sum() < SPARSE_SHARE * n_ranks:
+        return _classify_sparse(tt, table, acc, state, follow, live, sizes)
     inside = np.zeros(n_ranks, dtype=bool)
     exit_flag = np.zeros(n_ranks, dtype=bool)
     idx = tt.by_length  # ranks, longest first
-    lengths = tt.lengths
     loops = table[state] == state
     if loops.sum() >= SELF_LOOP_SHORTCUT:
         # tokens made only of bytes that loop on ``state`` (the body of a string) stay
@@ -73,6 +82,11 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
         stay = tt.made_only_of(loops)
         inside[stay] = True
         idx = idx[~stay[idx]]
+    else:
+        stay = _uniform_chain(tt, table, acc, state)
+        if stay is not None:
+            inside[stay] = True
+            idx = idx[~stay[idx]]
     st = np.full(idx.shape[0], state, dtype=np.int32)
     for pos in range(tt.max_len):
         if idx.size == 0:
@@ -95,6 +109,78 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
     by_id[tt.rank_to_id[inside]] = True
     exits = exit_flag & ~inside
     return LexemeTokens(inside=pack(by_id), exits=pack(exits), n_exits=int(exits.sum()))
+
+
+def _uniform_chain(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int) -> np.ndarray | None:
+    """The tokens decided without a DFA run from a state where many bytes ``B`` all lead
+    to one next state, and from there again all to one state, and so on (a string of
+    bounded length: each character advances a counter): a token made only of ``B`` bytes
+    and no longer than that chain stays alive. None when there is no such chain, or when
+    the lexeme could end inside it (those tokens would be exits, decided by the full run).
+    """
+    sink = table.shape[0] - 1
+    row = table[state]
+    targets, counts = np.unique(row[row != sink], return_counts=True)
+    if not counts.size or counts.max() < SELF_LOOP_SHORTCUT:
+        return None
+    first = int(targets[np.argmax(counts)])
+    chars = row == first
+    chain = [first]
+    while len(chain) < tt.max_len:
+        nxt = table[chain[-1]][chars]
+        if nxt[0] == sink or not (nxt == nxt[0]).all():
+            break
+        chain.append(int(nxt[0]))
+    if len(chain) < 2 or acc[chain[:-1]].any():
+        return None
+    # chain[i] is the state after i + 1 bytes of ``chars``: tokens up to len(chain) long
+    return tt.made_only_of(chars) & (tt.lengths <= len(chain))
+
+
+def _classify_sparse(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
+                     follow: np.ndarray | None, live: np.ndarray, sizes: np.ndarray) -> LexemeTokens:
+    """:func:`classify_tokens` for a state few tokens can even start from (a literal, a
+    digit, a closing quote): the same walk over only the tokens whose first byte is live,
+    whose ranks are contiguous runs in byte order."""
+    sink = table.shape[0] - 1
+    lengths = tt.lengths
+    starts = tt.first_start[live]
+    total = int(sizes.sum())
+    # the ranks of every run, concatenated: arange shifted by each run's start
+    ranks = np.arange(total, dtype=np.int64) + np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+    idx = ranks[np.argsort(-lengths[ranks], kind="stable")]  # longest first, as tt.by_length
+    inside_parts: list[np.ndarray] = []
+    exit_parts: list[np.ndarray] = []
+    st = np.full(idx.shape[0], state, dtype=np.int32)
+    for pos in range(tt.max_len):
+        if idx.size == 0:
+            break
+        st = dfa_step(table, st, tt.columns[pos][idx])
+        alive = st != sink
+        if not alive.all():
+            idx, st = idx[alive], st[alive]
+        k = int(np.searchsorted(-lengths[idx], -(pos + 1), side="left"))
+        if k < idx.size:
+            inside_parts.append(idx[k:])
+        idx, st = idx[:k], st[:k]
+        if not idx.size:
+            break
+        ends = acc[st]
+        if follow is not None:
+            ends &= follow[tt.columns[pos + 1][idx]]
+        if ends.any():
+            exit_parts.append(idx[ends])
+    inside = np.concatenate(inside_parts) if inside_parts else np.zeros(0, dtype=np.int64)
+    exits = np.concatenate(exit_parts) if exit_parts else np.zeros(0, dtype=np.int64)
+    if exits.size and inside.size:
+        exits = np.setdiff1d(exits, inside)
+    elif exits.size:
+        exits = np.unique(exits)
+    by_id = np.zeros(tt.n_words, dtype=np.uint32)
+    set_bits(by_id, tt.rank_to_id[inside])
+    exit_words = np.zeros((len(tt.sorted_bytes) + 31) // 32, dtype=np.uint32)
+    set_bits(exit_words, exits)
+    return LexemeTokens(inside=by_id, exits=exit_words, n_exits=int(exits.size))
 
 
 def run_suffixes(tt: TokenTable, table: np.ndarray, acc: np.ndarray, follow: np.ndarray,

@@ -52,6 +52,9 @@ class TokenTable:
             b = flat[pos, has].astype(np.uint64)
             sets[has, (b >> np.uint64(6)).astype(np.intp)] |= np.left_shift(np.uint64(1), b & np.uint64(63))
         self.byte_sets = sets
+        #: ranks whose first byte is ``b`` are ``first_start[b]`` up to ``first_start[b + 1]``
+        first = flat[0] if len(ids) else np.zeros(0, dtype=np.uint8)
+        self.first_start = np.searchsorted(first, np.arange(257), side="left").astype(np.int64)
         self._made_of: dict[bytes, np.ndarray] = {}
         self._by_bytes: dict[bytes, int] | None = None
 
