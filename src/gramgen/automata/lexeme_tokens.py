@@ -67,7 +67,6 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
     token that ends the lexeme and continues with another byte is rejected outright)."""
     sink = table.shape[0] - 1
     n_ranks = len(tt.sorted_bytes)
-    lengths = tt.lengths
     live = np.flatnonzero(table[state] != sink)
     sizes = tt.first_start[live + 1] - tt.first_start[live]
     if sizes.sum() < SPARSE_SHARE * n_ranks:
@@ -87,6 +86,26 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
         if stay is not None:
             inside[stay] = True
             idx = idx[~stay[idx]]
+    ended, exiting = _walk(tt, table, acc, state, follow, idx)
+    for part in ended:
+        inside[part] = True
+    for part in exiting:
+        exit_flag[part] = True
+    by_id = np.zeros(tt.vocab_size, dtype=bool)
+    by_id[tt.rank_to_id[inside]] = True
+    exits = exit_flag & ~inside
+    return LexemeTokens(inside=pack(by_id), exits=pack(exits), n_exits=int(exits.sum()))
+
+
+def _walk(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int, follow: np.ndarray | None,
+          idx: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Run the DFA from ``state`` over the tokens ``idx`` (ranks, longest first), all
+    positions at once. Returns the ranks alive at their end and the ranks that may end
+    the lexeme before their end with a byte that can follow it, as lists of arrays."""
+    sink = table.shape[0] - 1
+    lengths = tt.lengths
+    ended: list[np.ndarray] = []
+    exiting: list[np.ndarray] = []
     st = np.full(idx.shape[0], state, dtype=np.int32)
     for pos in range(tt.max_len):
         if idx.size == 0:
@@ -97,18 +116,17 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
             idx, st = idx[alive], st[alive]
         # tokens of length pos+1 sit at the tail (lengths descend)
         k = int(np.searchsorted(-lengths[idx], -(pos + 1), side="left"))
-        inside[idx[k:]] = True
+        if k < idx.size:
+            ended.append(idx[k:])
         idx, st = idx[:k], st[:k]
         if not idx.size:
             break
         ends = acc[st]
         if follow is not None:
             ends &= follow[tt.columns[pos + 1][idx]]
-        exit_flag[idx[ends]] = True
-    by_id = np.zeros(tt.vocab_size, dtype=bool)
-    by_id[tt.rank_to_id[inside]] = True
-    exits = exit_flag & ~inside
-    return LexemeTokens(inside=pack(by_id), exits=pack(exits), n_exits=int(exits.sum()))
+        if ends.any():
+            exiting.append(idx[ends])
+    return ended, exiting
 
 
 def _uniform_chain(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int) -> np.ndarray | None:
@@ -142,34 +160,13 @@ def _classify_sparse(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: 
     """:func:`classify_tokens` for a state few tokens can even start from (a literal, a
     digit, a closing quote): the same walk over only the tokens whose first byte is live,
     whose ranks are contiguous runs in byte order."""
-    sink = table.shape[0] - 1
     lengths = tt.lengths
     starts = tt.first_start[live]
     total = int(sizes.sum())
     # the ranks of every run, concatenated: arange shifted by each run's start
     ranks = np.arange(total, dtype=np.int64) + np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
     idx = ranks[np.argsort(-lengths[ranks], kind="stable")]  # longest first, as tt.by_length
-    inside_parts: list[np.ndarray] = []
-    exit_parts: list[np.ndarray] = []
-    st = np.full(idx.shape[0], state, dtype=np.int32)
-    for pos in range(tt.max_len):
-        if idx.size == 0:
-            break
-        st = dfa_step(table, st, tt.columns[pos][idx])
-        alive = st != sink
-        if not alive.all():
-            idx, st = idx[alive], st[alive]
-        k = int(np.searchsorted(-lengths[idx], -(pos + 1), side="left"))
-        if k < idx.size:
-            inside_parts.append(idx[k:])
-        idx, st = idx[:k], st[:k]
-        if not idx.size:
-            break
-        ends = acc[st]
-        if follow is not None:
-            ends &= follow[tt.columns[pos + 1][idx]]
-        if ends.any():
-            exit_parts.append(idx[ends])
+    inside_parts, exit_parts = _walk(tt, table, acc, state, follow, idx)
     inside = np.concatenate(inside_parts) if inside_parts else np.zeros(0, dtype=np.int64)
     exits = np.concatenate(exit_parts) if exit_parts else np.zeros(0, dtype=np.int64)
     if exits.size and inside.size:
