@@ -220,7 +220,7 @@ def test_declared_names_meet_patterns_with_ecma_end_anchor():
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
     ({"properties": {"a": {"not": {"prefixItems": [{"const": 1}]}}}}, "not", "/properties/a/not"),
-    ({"type": "string", "format": "uri-template"}, "format", "/format"),
+    ({"type": "array", "unevaluatedItems": False}, "unevaluatedItems", "/unevaluatedItems"),
     ({"type": "array", "contains": {"prefixItems": [{"const": 1}]}}, "contains", "/contains"),
     ({"oneOf": [{"prefixItems": [{"const": 1}]}, {"type": "array"}]}, "oneOf", "/oneOf"),
     ({"if": {"prefixItems": [{"const": 1}]}, "then": {"minItems": 1}}, "if", "/if"),

@@ -196,38 +196,46 @@ class ParserTables:
                 end += 1
             bodies.append((self.item_lhs[start], item_next[start:end]))
 
-        def first_of(seq) -> tuple[int, bool]:
-            acc = 0
-            for sym in seq:
-                acc |= first[sym]
+        # FIRST: a body's lhs inherits the FIRST of each symbol up to its first
+        # non-nullable one; propagated along those inclusions with a work list
+        feeds: list[list[int]] = [[] for _ in range(n_sym)]
+        for lhs, body in bodies:
+            for sym in body:
+                feeds[sym].append(lhs)
                 if not nullable[sym]:
-                    return acc, False
-            return acc, True
-
-        changed = True
-        while changed:
-            changed = False
-            for lhs, body in bodies:
-                f, _ = first_of(body)
-                if f & ~first[lhs]:
-                    first[lhs] |= f
-                    changed = True
+                    break
+        work = [x for x in range(n_sym) if first[x] and feeds[x]]
+        while work:
+            x = work.pop()
+            fx = first[x]
+            for y in feeds[x]:
+                if fx & ~first[y]:
+                    first[y] |= fx
+                    work.append(y)
         ignored = 0
         for k in self.ignore_lexemes:
             ignored |= 1 << k
+        # follow[sym] holds FIRST of what comes after it in a body, and follow[lhs] when
+        # that rest is nullable: the first part is fixed now, the second an inclusion
+        # lhs -> sym, propagated with a work list (one pass per body, not per iteration)
         follow = [0] * n_sym
-        changed = True
-        while changed:
-            changed = False
-            for lhs, body in bodies:
-                for i, sym in enumerate(body):
-                    f, rest_nullable = first_of(body[i + 1:])
-                    if rest_nullable:
-                        f |= follow[lhs]
-                    f |= ignored
-                    if f & ~follow[sym]:
-                        follow[sym] |= f
-                        changed = True
+        inherits: list[list[int]] = [[] for _ in range(n_sym)]
+        for lhs, body in bodies:
+            rest, rest_nullable = 0, True
+            for sym in reversed(body):
+                follow[sym] |= rest | ignored
+                if rest_nullable:
+                    inherits[lhs].append(sym)
+                rest = first[sym] | (rest if nullable[sym] else 0)
+                rest_nullable = rest_nullable and nullable[sym]
+        work = [x for x in range(n_sym) if inherits[x]]
+        while work:
+            x = work.pop()
+            fx = follow[x]
+            for y in inherits[x]:
+                if fx & ~follow[y]:
+                    follow[y] |= fx
+                    work.append(y)
         everything = (1 << n_lex) - 1
         return [everything if self.is_ignore[k] else follow[N + k] | ignored for k in range(n_lex)]
 

@@ -305,6 +305,20 @@ _HIER = f"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?|{
 _URI = rf"[A-Za-z][A-Za-z0-9+\-.]*:{_HIER}{_QUERY}{_FRAGMENT}"
 _RELATIVE = (f"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?"
              f"|{_SEGMENT_NZ_NC}(?:/{_SEGMENT})*|){_QUERY}{_FRAGMENT}")
+# regexes valid in both ECMA-262 and Python's re, without groups or counted repeats (so
+# no nesting to balance and no bounds to order): atoms (a literal, an escaped punctuation
+# character or class escape, ".", a class of single characters) each with at most one of
+# * + ?, in branches joined by |, optionally anchored at the two ends
+_RX_SPECIAL = r"\\^$.|?*+()\[\]{}"
+_RX_ESCAPE = r"\\(?:[\\^$.|?*+()\[\]{}/]|[dwsDWS])"  # identity escapes valid with the u flag too
+_RX_ATOM = rf"(?:[^{_RX_SPECIAL}]|{_RX_ESCAPE}|\.|\[\^?(?:[^\\\]\[^\-]|{_RX_ESCAPE}|\\-)+\])"
+_RX_BRANCH = rf"(?:{_RX_ATOM}[*+?]?)*"
+_REGEX_SUBSET = rf"\^?{_RX_BRANCH}(?:\|{_RX_BRANCH})*\$?"
+# RFC 6570 level-4 templates, ASCII literals
+_UT_VARCHAR = rf"(?:[A-Za-z0-9_]|{_PCT})"
+_UT_VARSPEC = rf"{_UT_VARCHAR}(?:\.?{_UT_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
+_URI_TEMPLATE = (rf"(?:[!#$&(-;=?-\[\]_a-z~]|{_PCT}"
+                 rf"|\{{[+#./;?&=,!@|]?{_UT_VARSPEC}(?:,{_UT_VARSPEC})*\}})*")
 _DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
 _DUR_DATE = r"(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
 
@@ -322,7 +336,15 @@ FORMATS: dict[str, str] = {
     "uri-reference": f"(?:{_URI}|{_RELATIVE})",
     "json-pointer": "(?:/(?:[^~/]|~[01])*)*",
     "relative-json-pointer": "(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)",
+    # subsets made of ASCII: an ASCII URI is an IRI, an ASCII address or name without
+    # A-labels is an internationalized one
+    "iri": _URI,
+    "iri-reference": f"(?:{_URI}|{_RELATIVE})",
+    "idn-hostname": _HOSTNAME,
+    "regex": _REGEX_SUBSET,
+    "uri-template": _URI_TEMPLATE,
 }
+FORMATS["idn-email"] = FORMATS["email"]
 """Format name -> Python regex (fullmatch) over the decoded string. Each accepts a subset
 of what the format's RFC allows (see README: hostname labels <= 30 characters and <= 8 of
 them, email local parts in dot-atom form, no leap seconds; URIs are RFC 3986 exactly)."""
@@ -334,7 +356,7 @@ def format_regex(name: str) -> Regex | None:
         return None
     if name not in _cache:
         rx = parse_regex(FORMATS[name])
-        if name in ("hostname", "email"):
+        if name in ("hostname", "email", "idn-hostname", "idn-email"):
             # RFC 5891: "--" in positions 3-4 marks an A-label (punycode), whose validity is
             # not regular in practice; such labels are left out (over-constraint)
             dashes = parse_regex(r"(?s:.*)(?:^|\.|@)[^.@]{2}--(?s:.*)".replace("(?:^|", "(?:"))
