@@ -367,6 +367,38 @@ def test_enum_values_meet_negated_array_and_object_keywords(schema):
         assert accepts(cg, compact(value)) == validator.is_valid(value), value
 
 
+def test_subset_formats_hold_only_valid_values():
+    """``regex``, ``uri-template``, ``iri``, ``idn-*`` compile to subsets: every string a
+    random walk of the ``regex`` automaton reaches compiles in Python's ``re``; a few
+    templates; unknown formats are annotations, listed in the grammar's meta."""
+    from gramgen.grammar.json_schema import strings
+
+    dfa = cpdfa.from_regex(strings.format_regex("regex"))
+    rng = random.Random(5)
+    seen = 0
+    for _ in range(4000):
+        q, out = 0, []
+        for _ in range(rng.randint(0, 12)):
+            if not dfa.edges[q]:
+                break
+            lo, hi, q = rng.choice(dfa.edges[q])
+            out.append(chr(rng.randint(lo, min(hi, lo + 500))))
+        if dfa.accepting[q]:
+            re.compile("".join(out))
+            seen += 1
+    assert seen > 1000
+    for bad in ["(a", "a**", "[z-a]", "a{2,1}", "\\"]:
+        assert not dfa.matches(bad), bad
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"format": "uri-template"}), BYTE_VOCAB)
+    for text, ok in [("http://example.com/{user}/x{?q,lang}", True), ("{+path:6}", True), ("{a", False),
+                     ("a b", False), ("{var*}", True)]:
+        assert accepts(cg, compact(text)) == ok, text
+    for fmt in ("iri", "iri-reference", "idn-email", "idn-hostname"):
+        gramgen.Grammar.from_json_schema({"type": "string", "format": fmt})
+    g = gramgen.Grammar.from_json_schema({"properties": {"a": {"type": "string", "format": "html-selector"}}})
+    assert g.ir.meta["unknown_formats"] == ["/properties/a/format: html-selector"]
+
+
 PATTERN_SCHEMAS = [
     {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 2}},
      "additionalProperties": {"type": "string"}},

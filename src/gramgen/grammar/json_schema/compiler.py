@@ -94,6 +94,9 @@ class SchemaCompiler:
         self.any_order = property_order == "any"
         self.max_lexeme_nodes = max_lexeme_nodes
         self.relaxed: list[str] = []
+        #: pointers of ``format`` values that are no standard format: annotations, as the
+        #: specification says (any string), listed in ``Grammar.ir.meta["unknown_formats"]``
+        self.unknown_formats: dict[str, str] = {}
         self.rules: list[Rule] = []
         self.lexemes: dict[str, Regex] = {}
         self._lex_ids: dict[int, str] = {}
@@ -178,7 +181,8 @@ class SchemaCompiler:
         else:
             self.rule("start", top)
         ir = GrammarIR(self.rules, self.lexemes, "start", source="<json schema>",
-                       meta={"relaxed": list(self.relaxed), "draft": self.draft})
+                       meta={"relaxed": list(self.relaxed), "draft": self.draft,
+                             "unknown_formats": [f"{p}: {f}" for p, f in self.unknown_formats.items()]})
         ir = _prune_unproductive(ir)
         try:
             return collapse_regular(ir, max_regex_nodes=self.max_lexeme_nodes, max_expanded=4000)
@@ -882,6 +886,8 @@ class SchemaCompiler:
             elif fmt in STRING_FORMATS_WE_REJECT and not self.lenient_formats:
                 self.unsupported("format", node, f"format {fmt!r} has no exact grammar here "
                                  "(lenient_formats=True accepts any string)")
+            elif fmt not in STRING_FORMATS_WE_REJECT:
+                self.unknown_formats[self.resolver.pointer(node) + "/format"] = fmt
         negated = node.get("__not_pattern__", []) + node.get("__not_format__", [])
         excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, str)]
         if not constraints and not negated and not excluded:
