@@ -399,6 +399,23 @@ def test_subset_formats_hold_only_valid_values():
     assert g.ir.meta["unknown_formats"] == ["/properties/a/format: html-selector"]
 
 
+def test_required_name_meets_every_parts_additional_properties():
+    """A required name that no allOf part declares is checked by each part: its matching
+    patterns, or else that part's additionalProperties (the random generation found
+    ``{"abcd": []}`` accepted: part 1's ``minItems`` was dropped once another part's
+    pattern matched ``abcd``)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"type": "object", "required": ["abcd"], "allOf": [
+        {"additionalProperties": {"type": "array", "minItems": 2}},
+        {"patternProperties": {"a": {"type": "array", "items": {"multipleOf": 2.5}}}, "additionalProperties": False},
+        {"patternProperties": {"b": {"type": "array", "items": {"multipleOf": 4}}}, "additionalProperties": False}]}
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in [{"abcd": []}, {"abcd": [20]}, {"abcd": [20, 40]}, {"abcd": [20, 5]}, {}, {"abcd": [20, 40], "x": [1, 2]},
+                  {"abcd": [20, 40], "ab": [20, 40]}, {"abcd": [20, 40], "ab": [20]}]:
+        assert accepts(cg, compact(value)) == validator.is_valid(value), value
+
+
 PATTERN_SCHEMAS = [
     {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 2}},
      "additionalProperties": {"type": "string"}},

@@ -1147,11 +1147,12 @@ class SchemaCompiler:
                 if name in required:
                     return []
                 continue
-            parts = [props[name]] if name in props else []
-            matching = [sub for p, d, sub in pattern_dfas if d.matches(name)]
-            parts.extend(matching)
-            if name not in props and not matching:
-                parts.append(additional)
+            if name in props:  # (merged properties already hold what every part applies)
+                parts = [props[name], *(sub for _, d, sub in pattern_dfas if d.matches(name))]
+            else:  # a required name no part declares: each part's matching patterns, or else
+                parts = []  # that part's additionalProperties
+                for compiled_patterns, part_additional in parts_dfas:
+                    parts.extend([sub for _, d, sub in compiled_patterns if d.matches(name)] or [part_additional])
             schema = parts[0] if len(parts) == 1 else self.merge(parts, node, 1)
             sym = self.value(schema)
             if sym is None:

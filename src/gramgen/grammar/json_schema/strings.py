@@ -249,11 +249,6 @@ def pattern_dfa(pattern: str) -> cpdfa.CodepointDFA:
     return cpdfa.strip_markers(dfa, _BOS, _EOS)
 
 
-def pattern_regex(pattern: str) -> Regex:
-    """:func:`pattern_dfa` as a regex node."""
-    return cpdfa.as_regex(pattern_dfa(pattern))
-
-
 # ------------------------------------------------------------------ formats
 
 def _date_regex() -> str:
