@@ -204,14 +204,7 @@ class ParserTables:
                 feeds[sym].append(lhs)
                 if not nullable[sym]:
                     break
-        work = [x for x in range(n_sym) if first[x] and feeds[x]]
-        while work:
-            x = work.pop()
-            fx = first[x]
-            for y in feeds[x]:
-                if fx & ~first[y]:
-                    first[y] |= fx
-                    work.append(y)
+        _propagate(first, feeds)
         ignored = 0
         for k in self.ignore_lexemes:
             ignored |= 1 << k
@@ -228,14 +221,7 @@ class ParserTables:
                     inherits[lhs].append(sym)
                 rest = first[sym] | (rest if nullable[sym] else 0)
                 rest_nullable = rest_nullable and nullable[sym]
-        work = [x for x in range(n_sym) if inherits[x]]
-        while work:
-            x = work.pop()
-            fx = follow[x]
-            for y in inherits[x]:
-                if fx & ~follow[y]:
-                    follow[y] |= fx
-                    work.append(y)
+        _propagate(follow, inherits)
         everything = (1 << n_lex) - 1
         return [everything if self.is_ignore[k] else follow[N + k] | ignored for k in range(n_lex)]
 
@@ -512,3 +498,16 @@ def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, 
         return []
     return [(r.lhs, tuple(r.rhs)) for r in ir.rules if r.lhs in productive
             and all(s in productive for s in r.rhs)]
+
+
+def _propagate(sets: list[int], edges: list[list[int]]) -> None:
+    """Close the bit sets under ``sets[y] |= sets[x]`` for every edge x -> y, in place,
+    with a work list (each set grows at most once per new bit)."""
+    work = [x for x in range(len(sets)) if sets[x] and edges[x]]
+    while work:
+        x = work.pop()
+        fx = sets[x]
+        for y in edges[x]:
+            if fx & ~sets[y]:
+                sets[y] |= fx
+                work.append(y)
