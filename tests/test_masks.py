@@ -183,7 +183,7 @@ def test_sparse_and_chain_shortcuts_classify_like_the_full_run(monkeypatch, toke
                 with monkeypatch.context() as m:
                     m.setattr(lexeme_tokens, "SELF_LOOP_SHORTCUT", threshold)
                     m.setattr(lexeme_tokens, "SPARSE_SHARE", share)
-                    runs.append(lexeme_tokens.classify_tokens(cg.token_table, table, acc, q, cg.follow_masks[k]))
+                    runs.append(lexeme_tokens.classify_tokens_numpy(cg.token_table, table, acc, q, cg.follow_masks[k]))
             fast, full = runs
             assert (fast.inside == full.inside).all() and (fast.exits == full.exits).all(), (k, q)
             assert fast.n_exits == full.n_exits
@@ -194,6 +194,68 @@ def test_sparse_and_chain_shortcuts_classify_like_the_full_run(monkeypatch, toke
             elif (table[q] != q).all() and lexeme_tokens._uniform_chain(cg.token_table, table, acc, q) is not None:
                 checked["chain"] += 1
     assert checked["sparse"] >= 20 and checked["chain"] >= 20, checked
+
+
+@pytest.mark.parametrize("tokenizer", TOKENIZER_NAMES)
+def test_native_classification_equals_numpy(tokenizer):
+    """The C kernel (``automata._tokenwalk``, a walk over the vocabulary's trie) and the
+    numpy run must classify every token alike from every DFA state of a schema (bounded
+    strings, patterns, enums, numbers, flexible whitespace) and of the JSON grammar. The
+    brute-force mask tests then cover whichever of the two is in use."""
+    from gramgen.automata import lexeme_tokens
+
+    if lexeme_tokens._tokenwalk is None:
+        assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native kernel was not built"
+        pytest.skip("gramgen.automata._tokenwalk was not built (no C compiler at install)")
+    vocab = vocabulary(tokenizer)
+    checked = 0
+    for g in (gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"), grammar("json.lark"),
+              grammar("schema-long-strings")):
+        cg = gramgen.compile(g, vocab, precompute=False)
+        for k, dfa in enumerate(cg.tables.lex_dfas):
+            table, acc = cg.sink_tables[k]
+            for q in range(dfa.n_states):
+                native = lexeme_tokens.classify_tokens_native(cg.token_table, table, acc, q, cg.follow_masks[k])
+                ref = lexeme_tokens.classify_tokens_numpy(cg.token_table, table, acc, q, cg.follow_masks[k])
+                assert (native.inside == ref.inside).all(), (k, q)
+                assert (native.exits == ref.exits).all() and native.n_exits == ref.n_exits, (k, q)
+                checked += 1
+    assert checked >= 100
+
+
+def test_native_kernel_rejects_inconsistent_arrays():
+    """Arrays that do not describe a DFA and a token table raise instead of reading out of
+    bounds (the kernel checks every index it follows)."""
+    from gramgen.automata import lexeme_tokens
+
+    if lexeme_tokens._tokenwalk is None:
+        pytest.skip("gramgen.automata._tokenwalk was not built (no C compiler at install)")
+    cg = compiled("json.lark", "gpt2")
+    tt = cg.token_table
+    table, acc = cg.sink_tables[0]
+    args = [table, acc.astype(np.uint8), np.ones(256, np.uint8), 0, tt.blob, tt.offsets, tt.lcp, tt.max_len,
+            tt.first_start, tt.rank_to_id]
+
+    def run(**change):
+        a = list(args)
+        for i, v in change.items():
+            a[int(i[1:])] = v
+        return lexeme_tokens._tokenwalk.classify(*a, np.zeros(tt.n_words, np.uint32),
+                                                 np.zeros((len(tt.sorted_bytes) + 31) // 32, np.uint32))
+
+    assert run() >= 0
+    bad_table = table.copy()
+    bad_table[:, ord('"')] = 10**6
+    with pytest.raises(ValueError):
+        run(a0=bad_table)
+    with pytest.raises(ValueError):
+        run(a3=table.shape[0] + 5)
+    with pytest.raises(ValueError):
+        run(a5=tt.offsets * 3)
+    with pytest.raises(ValueError):
+        run(a7=2)  # tokens longer than max_len
+    with pytest.raises(ValueError):
+        run(a5=tt.offsets.astype(np.int32))
 
 
 def test_self_loop_shortcut_classifies_like_the_full_run(monkeypatch):
@@ -212,7 +274,7 @@ def test_self_loop_shortcut_classifies_like_the_full_run(monkeypatch):
             runs = []
             for threshold in (1, 10**9):
                 monkeypatch.setattr(lexeme_tokens, "SELF_LOOP_SHORTCUT", threshold)
-                runs.append(lexeme_tokens.classify_tokens(cg.token_table, table, acc, q, cg.follow_masks[k]))
+                runs.append(lexeme_tokens.classify_tokens_numpy(cg.token_table, table, acc, q, cg.follow_masks[k]))
             fast, full = runs
             assert (fast.inside == full.inside).all() and (fast.exits == full.exits).all()
             checked += 1

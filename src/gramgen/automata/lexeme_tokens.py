@@ -11,18 +11,29 @@ parser is currently matching, a token is
   must be checked against the parser, so the matcher walks these through the parser;
 * otherwise **rejected** by this lexeme.
 
-Computed with numpy over the whole vocabulary at once (all tokens step together through
-the DFA), once per (lexeme, state) and cached in the compiled grammar.
+Computed once per (lexeme, state) and cached in the compiled grammar: by the native
+kernel ``_tokenwalk`` (a depth-first walk over the vocabulary's trie, in C) when it was
+built, else with numpy over the whole vocabulary at once (all tokens step together
+through the DFA). The two give identical results; the tests compare them.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..runtime.bitmask import pack, set_bits
 from .token_table import TokenTable
+
+try:
+    from . import _tokenwalk
+except ImportError:  # not built (no C compiler at install, or a source checkout)
+    _tokenwalk = None
+
+#: whether :func:`classify_tokens` uses the native kernel; ``GRAMGEN_NATIVE=0`` turns it off
+NATIVE = _tokenwalk is not None and os.environ.get("GRAMGEN_NATIVE", "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -63,8 +74,38 @@ SPARSE_SHARE = 0.25
 
 def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
                     follow: np.ndarray | None = None) -> LexemeTokens:
-    """``follow``: bool[256], the bytes that may come right after the lexeme ends (a
-    token that ends the lexeme and continues with another byte is rejected outright)."""
+    """``table``/``acc``: a DFA with its sink state last (:func:`sink_table`); ``follow``:
+    bool[256], the bytes that may come right after the lexeme ends (a token that ends the
+    lexeme and continues with another byte is rejected outright)."""
+    if NATIVE:
+        return classify_tokens_native(tt, table, acc, state, follow)
+    return classify_tokens_numpy(tt, table, acc, state, follow)
+
+
+_ALL_BYTES = np.ones(256, dtype=bool)
+
+
+def classify_tokens_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
+                           follow: np.ndarray | None = None) -> LexemeTokens:
+    """:func:`classify_tokens` by the C kernel (requires ``_tokenwalk``)."""
+    if _tokenwalk is None:
+        raise RuntimeError("gramgen's native kernel (gramgen.automata._tokenwalk) is not built")
+    n_ranks = len(tt.sorted_bytes)
+    inside = np.zeros(tt.n_words, dtype=np.uint32)
+    exits = np.zeros((n_ranks + 31) // 32, dtype=np.uint32)
+    if n_ranks:
+        n_exits = _tokenwalk.classify(
+            np.ascontiguousarray(table, dtype=np.int32), np.ascontiguousarray(acc, dtype=np.uint8),
+            np.ascontiguousarray(_ALL_BYTES if follow is None else follow, dtype=np.uint8), int(state),
+            tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits)
+    else:
+        n_exits = 0
+    return LexemeTokens(inside=inside, exits=exits, n_exits=n_exits)
+
+
+def classify_tokens_numpy(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
+                          follow: np.ndarray | None = None) -> LexemeTokens:
+    """:func:`classify_tokens` with numpy: every token steps through the DFA together."""
     sink = table.shape[0] - 1
     n_ranks = len(tt.sorted_bytes)
     live = np.flatnonzero(table[state] != sink)

@@ -55,6 +55,19 @@ class TokenTable:
         #: ranks whose first byte is ``b`` are ``first_start[b]`` up to ``first_start[b + 1]``
         first = flat[0] if len(ids) else np.zeros(0, dtype=np.uint8)
         self.first_start = np.searchsorted(first, np.arange(257), side="left").astype(np.int64)
+        #: the sorted tokens' bytes end to end (token ``r`` is ``blob[offsets[r]:offsets[r + 1]]``)
+        #: and ``lcp[r]``, how many leading bytes token ``r`` shares with token ``r - 1``: the
+        #: trie of the vocabulary, implicit, for the native walk
+        self.blob = blob
+        self.offsets = np.concatenate([starts, [int(lengths.sum())]]).astype(np.int64)
+        lcp = np.zeros(len(ids), dtype=np.int32)
+        same = np.ones(max(len(ids) - 1, 0), dtype=bool)
+        for pos in range(self.max_len):
+            same &= (lengths[1:] > pos) & (lengths[:-1] > pos) & (flat[pos, 1:] == flat[pos, :-1])
+            if not same.any():
+                break
+            lcp[1:] += same
+        self.lcp = lcp
         self._made_of: dict[bytes, np.ndarray] = {}
         self._by_bytes: dict[bytes, int] | None = None
 
