@@ -223,6 +223,59 @@ def test_native_classification_equals_numpy(tokenizer):
     assert checked >= 100
 
 
+@pytest.mark.parametrize("tokenizer", ["llama3", "llama2"])
+def test_native_token_runs_equal_numpy(monkeypatch, tokenizer):
+    """The kernels behind exit walks (``run_suffixes``: one DFA over the rests of tokens;
+    ``first_ends``: several side by side until one accepts) against their numpy versions,
+    from every state of a schema's lexemes (and pairs of states), on random token subsets
+    and depths."""
+    from gramgen.automata import lexeme_tokens
+
+    if lexeme_tokens._tokenwalk is None:
+        assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native kernel was not built"
+        pytest.skip("gramgen.automata._tokenwalk was not built (no C compiler at install)")
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"),
+                         vocabulary(tokenizer), precompute=False)
+    tt = cg.token_table
+    rng = np.random.default_rng(SEED)
+    states = [(k, q) for k, dfa in enumerate(cg.tables.lex_dfas) for q in range(dfa.n_states)]
+    n_ranks = len(tt.sorted_bytes)
+    seen_ends = seen_firsts = 0
+    for k, q in states:
+        table, acc = cg.sink_tables[k]
+        depth = int(rng.integers(0, 3))
+        ranks = rng.choice(n_ranks, size=2000, replace=False)
+        ranks = ranks[tt.lengths[ranks] > depth]
+        (k2, q2) = states[int(rng.integers(len(states)))]
+        runs = []
+        for native in (True, False):
+            monkeypatch.setattr(lexeme_tokens, "NATIVE", native)
+            runs.append((lexeme_tokens.run_suffixes(tt, table, acc, cg.follow_masks[k], q, ranks, depth),
+                         lexeme_tokens.first_ends(tt, [cg.sink_tables[k], cg.sink_tables[k2]], [q, q2], ranks, depth)))
+        (a1, m1), (p1, b1) = runs[0]
+        (a2, m2), (p2, b2) = runs[1]
+        assert (a1 == a2).all() and (m1 == m2).all(), (k, q, depth)
+        assert (p1 == p2).all() and (b1[p1 >= 0] == b2[p2 >= 0]).all(), (k, q, k2, q2, depth)
+        seen_ends += int(m1.sum() > 0)
+        seen_firsts += int((p1 >= 0).sum() > 0)
+    assert seen_ends >= 10 and seen_firsts >= 10, (seen_ends, seen_firsts)
+    # the bigram lexer's lazily filled automaton, each run on its own fresh instance
+    from gramgen.automata.lexer_automaton import LexerAutomaton
+
+    lexers = {True: LexerAutomaton(cg.tables), False: LexerAutomaton(cg.tables)}
+    dropped = 0
+    for k, q in states:
+        depth = int(rng.integers(0, 2))
+        ranks = rng.choice(n_ranks, size=3000, replace=False)
+        got = {}
+        for native, lexer in lexers.items():
+            monkeypatch.setattr(lexeme_tokens, "NATIVE", native)
+            got[native] = lexer.alive(tt, lexer.state_of([(k, q)]), ranks, depth)
+        assert (got[True] == got[False]).all(), (k, q, depth)
+        dropped += int((~got[True]).sum())
+    assert dropped > 0
+
+
 def test_native_kernel_rejects_inconsistent_arrays():
     """Arrays that do not describe a DFA and a token table raise instead of reading out of
     bounds (the kernel checks every index it follows)."""

@@ -171,10 +171,293 @@ done:
     return result;
 }
 
+/* Buffers of one token subset: ranks and the token table's blob and offsets, checked. */
+typedef struct {
+    Py_buffer ranks, blob, offsets;
+    Py_ssize_t n, n_ranks;
+} Tokens;
+
+static int
+tokens_ok(Tokens *t)
+{
+    if (check_buffer(&t->ranks, 8, 0, "ranks") || check_buffer(&t->offsets, 8, 1, "offsets"))
+        return -1;
+    t->n = t->ranks.len / 8;
+    t->n_ranks = t->offsets.len / 8 - 1;
+    const int64_t *ranks = (const int64_t *)t->ranks.buf, *offsets = (const int64_t *)t->offsets.buf;
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        int64_t r = ranks[i];
+        if (r < 0 || r >= t->n_ranks || offsets[r] < 0 || offsets[r] > offsets[r + 1]
+            || offsets[r + 1] > t->blob.len) {
+            PyErr_SetString(PyExc_ValueError, "ranks or offsets inconsistent with the token table");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+run_suffixes(PyObject *self, PyObject *args)
+{
+    /* run_suffixes(table, acc, follow, state, ranks, depth, blob, offsets, alive_end, may_end):
+     * one DFA from ``state`` over bytes depth: of each token (all longer than depth);
+     * alive_end[i]: alive at the token's end; may_end[i]: accepting after some byte p with
+     * depth < p + 1 < len, before a byte that may follow the lexeme. Sets bytes of the
+     * two uint8 outputs (zeroed by the caller). */
+    Py_buffer table_b, acc_b, follow_b, alive_b, may_b;
+    Tokens t;
+    int state;
+    Py_ssize_t depth;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*ny*y*w*w*", &table_b, &acc_b, &follow_b, &state, &t.ranks,
+                          &depth, &t.blob, &t.offsets, &alive_b, &may_b))
+        return NULL;
+    const Py_ssize_t n_rows = table_b.len / (256 * 4);
+    if (check_buffer(&table_b, 4, 256, "table") || table_b.len % (256 * 4) != 0 || tokens_ok(&t)
+        || check_buffer(&acc_b, 1, n_rows, "acc") || check_buffer(&follow_b, 1, 256, "follow")
+        || check_buffer(&alive_b, 1, t.n, "alive_end") || check_buffer(&may_b, 1, t.n, "may_end"))
+        goto done;
+    if (state < 0 || state >= n_rows - 1 || depth < 0) {
+        PyErr_SetString(PyExc_ValueError, "state or depth out of range");
+        goto done;
+    }
+    const int32_t *table = (const int32_t *)table_b.buf;
+    const uint8_t *acc = (const uint8_t *)acc_b.buf, *follow = (const uint8_t *)follow_b.buf;
+    const uint8_t *blob = (const uint8_t *)t.blob.buf;
+    const int64_t *ranks = (const int64_t *)t.ranks.buf, *offsets = (const int64_t *)t.offsets.buf;
+    uint8_t *alive_end = (uint8_t *)alive_b.buf, *may_end = (uint8_t *)may_b.buf;
+    const int32_t sink = (int32_t)(n_rows - 1);
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < t.n && !bad; i++) {
+        const uint8_t *tok = blob + offsets[ranks[i]];
+        const int64_t len = offsets[ranks[i] + 1] - offsets[ranks[i]];
+        int32_t q = state;
+        int64_t p;
+        for (p = depth; p < len; p++) {
+            q = table[(int64_t)q * 256 + tok[p]];
+            if ((uint32_t)q > (uint32_t)sink) {
+                bad = 1;
+                break;
+            }
+            if (q == sink)
+                break;
+            if (p + 1 < len && acc[q] && follow[tok[p + 1]])
+                may_end[i] = 1;
+        }
+        if (p == len && len > depth)
+            alive_end[i] = 1;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "table holds a state out of range");
+    else
+        result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&table_b);
+    PyBuffer_Release(&acc_b);
+    PyBuffer_Release(&follow_b);
+    PyBuffer_Release(&t.ranks);
+    PyBuffer_Release(&t.blob);
+    PyBuffer_Release(&t.offsets);
+    PyBuffer_Release(&alive_b);
+    PyBuffer_Release(&may_b);
+    return result;
+}
+
+static PyObject *
+first_ends(PyObject *self, PyObject *args)
+{
+    /* first_ends(tables, accs, starts, ranks, depth, blob, offsets, pos_out, before_out):
+     * m DFAs (tables[i] with its sink last, accs[i]) run side by side from starts[i] over
+     * bytes depth: of each token; pos_out[j] is the first position p whose byte takes
+     * some DFA to an accepting state (-1: none before the token ends or all DFAs die),
+     * and before_out[j * m + i] the state of DFA i before that byte (-1: dead). */
+    PyObject *tables_o, *accs_o;
+    Py_buffer starts_b, pos_b, before_b;
+    Tokens t;
+    Py_ssize_t depth;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*ny*y*w*w*", &PyTuple_Type, &tables_o, &PyTuple_Type, &accs_o,
+                          &starts_b, &t.ranks, &depth, &t.blob, &t.offsets, &pos_b, &before_b))
+        return NULL;
+    const Py_ssize_t m = PyTuple_GET_SIZE(tables_o);
+    Py_buffer *views = PyMem_Calloc((size_t)(2 * m + 1), sizeof(Py_buffer));
+    const int32_t **tabs = PyMem_Calloc((size_t)m + 1, sizeof(int32_t *));
+    const uint8_t **accs = PyMem_Calloc((size_t)m + 1, sizeof(uint8_t *));
+    int32_t *sinks = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
+    int32_t *cur = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
+    int32_t *nxt = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
+    Py_ssize_t n_views = 0;
+    if (!views || !tabs || !accs || !sinks || !cur || !nxt) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(accs_o) != m || check_buffer(&starts_b, 4, m, "starts") || tokens_ok(&t)
+        || check_buffer(&pos_b, 8, t.n, "pos_out") || check_buffer(&before_b, 4, t.n * m, "before_out"))
+        goto done;
+    const int32_t *starts = (const int32_t *)starts_b.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_buffer *tv = &views[n_views], *av = &views[n_views + 1];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tables_o, i), tv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto done;
+        n_views++;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(accs_o, i), av, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto done;
+        n_views++;
+        const Py_ssize_t rows = tv->len / (256 * 4);
+        if (check_buffer(tv, 4, 256, "table") || tv->len % (256 * 4) != 0 || check_buffer(av, 1, rows, "acc"))
+            goto done;
+        if (starts[i] < 0 || starts[i] >= rows - 1) {
+            PyErr_SetString(PyExc_ValueError, "a start state is out of range");
+            goto done;
+        }
+        tabs[i] = (const int32_t *)tv->buf;
+        accs[i] = (const uint8_t *)av->buf;
+        sinks[i] = (int32_t)(rows - 1);
+    }
+    const uint8_t *blob = (const uint8_t *)t.blob.buf;
+    const int64_t *ranks = (const int64_t *)t.ranks.buf, *offsets = (const int64_t *)t.offsets.buf;
+    int64_t *pos_out = (int64_t *)pos_b.buf;
+    int32_t *before_out = (int32_t *)before_b.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < t.n && !bad; j++) {
+        const uint8_t *tok = blob + offsets[ranks[j]];
+        const int64_t len = offsets[ranks[j] + 1] - offsets[ranks[j]];
+        for (Py_ssize_t i = 0; i < m; i++)
+            cur[i] = starts[i];
+        pos_out[j] = -1;
+        for (int64_t p = depth; p < len; p++) {
+            int live = 0, done = 0;
+            for (Py_ssize_t i = 0; i < m; i++) {
+                int32_t q = tabs[i][(int64_t)cur[i] * 256 + tok[p]];
+                if ((uint32_t)q > (uint32_t)sinks[i]) {
+                    bad = 1;
+                    q = sinks[i];
+                }
+                nxt[i] = q;
+                if (q != sinks[i]) {
+                    live = 1;
+                    if (accs[i][q])
+                        done = 1;
+                }
+            }
+            if (!live)
+                break;
+            if (done) {
+                pos_out[j] = p;
+                for (Py_ssize_t i = 0; i < m; i++)
+                    before_out[j * m + i] = cur[i] == sinks[i] ? -1 : cur[i];
+                break;
+            }
+            for (Py_ssize_t i = 0; i < m; i++)
+                cur[i] = nxt[i];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "a table holds a state out of range");
+    else
+        result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; i < n_views; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(tabs);
+    PyMem_Free(accs);
+    PyMem_Free(sinks);
+    PyMem_Free(cur);
+    PyMem_Free(nxt);
+    PyBuffer_Release(&starts_b);
+    PyBuffer_Release(&t.ranks);
+    PyBuffer_Release(&t.blob);
+    PyBuffer_Release(&t.offsets);
+    PyBuffer_Release(&pos_b);
+    PyBuffer_Release(&before_b);
+    return result;
+}
+
+static PyObject *
+lazy_walk(PyObject *self, PyObject *args)
+{
+    /* lazy_walk(table, state, ranks, depth, blob, offsets, ok_out, stuck_out): a DFA whose
+     * table is filled on demand (-1: dead, -2: not computed yet) over bytes depth: of each
+     * token. ok_out[i] = 1 where it is alive at the token's end; stuck_out[i] = state * 256
+     * + byte of the first transition not computed yet on the way (-1: none), for the
+     * caller to fill before running those tokens again. */
+    Py_buffer table_b, ok_b, stuck_b;
+    Tokens t;
+    int state;
+    Py_ssize_t depth;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*iy*ny*y*w*w*", &table_b, &state, &t.ranks, &depth, &t.blob, &t.offsets,
+                          &ok_b, &stuck_b))
+        return NULL;
+    const Py_ssize_t n_rows = table_b.len / (256 * 4);
+    if (check_buffer(&table_b, 4, 256, "table") || table_b.len % (256 * 4) != 0 || tokens_ok(&t)
+        || check_buffer(&ok_b, 1, t.n, "ok_out") || check_buffer(&stuck_b, 8, t.n, "stuck_out"))
+        goto done;
+    if (state < 0 || state >= n_rows || depth < 0) {
+        PyErr_SetString(PyExc_ValueError, "state or depth out of range");
+        goto done;
+    }
+    const int32_t *table = (const int32_t *)table_b.buf;
+    const uint8_t *blob = (const uint8_t *)t.blob.buf;
+    const int64_t *ranks = (const int64_t *)t.ranks.buf, *offsets = (const int64_t *)t.offsets.buf;
+    uint8_t *ok = (uint8_t *)ok_b.buf;
+    int64_t *stuck = (int64_t *)stuck_b.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < t.n; i++) {
+        const uint8_t *tok = blob + offsets[ranks[i]];
+        const int64_t len = offsets[ranks[i] + 1] - offsets[ranks[i]];
+        int32_t q = state;
+        int64_t p;
+        stuck[i] = -1;
+        ok[i] = 0;
+        for (p = depth; p < len; p++) {
+            int32_t nx = table[(int64_t)q * 256 + tok[p]];
+            if (nx == -2) {
+                stuck[i] = (int64_t)q * 256 + tok[p];
+                break;
+            }
+            if (nx == -1)
+                break;
+            if (nx < 0 || nx >= n_rows) {
+                bad = 1;
+                break;
+            }
+            q = nx;
+        }
+        if (p >= len)
+            ok[i] = 1;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "table holds a state out of range");
+    else
+        result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&table_b);
+    PyBuffer_Release(&t.ranks);
+    PyBuffer_Release(&t.blob);
+    PyBuffer_Release(&t.offsets);
+    PyBuffer_Release(&ok_b);
+    PyBuffer_Release(&stuck_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
      "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits)"
      " -> number of exit tokens; sets the bits of inside (by token id) and exits (by rank)."},
+    {"run_suffixes", run_suffixes, METH_VARARGS,
+     "run_suffixes(table, acc, follow, state, ranks, depth, blob, offsets, alive_end, may_end)"},
+    {"first_ends", first_ends, METH_VARARGS,
+     "first_ends(tables, accs, starts, ranks, depth, blob, offsets, pos_out, before_out)"},
+    {"lazy_walk", lazy_walk, METH_VARARGS,
+     "lazy_walk(table, state, ranks, depth, blob, offsets, ok_out, stuck_out)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -226,6 +226,64 @@ def run_suffixes(tt: TokenTable, table: np.ndarray, acc: np.ndarray, follow: np.
     """Run one lexeme DFA from ``state`` over the bytes ``depth:`` of each token in ``ranks``
     (all longer than ``depth``). Returns (alive at the token's end, may end the lexeme
     before the end with a byte that can follow it), as bool arrays aligned with ``ranks``."""
+    if NATIVE:
+        ranks = np.ascontiguousarray(ranks, dtype=np.int64)
+        alive_end = np.zeros(ranks.shape[0], dtype=np.uint8)
+        may_end = np.zeros(ranks.shape[0], dtype=np.uint8)
+        _tokenwalk.run_suffixes(table, _as_u8(acc), _as_u8(follow), int(state), ranks, int(depth),
+                                tt.blob, tt.offsets, alive_end, may_end)
+        return alive_end.view(bool), may_end.view(bool)
+    return run_suffixes_numpy(tt, table, acc, follow, state, ranks, depth)
+
+
+def _as_u8(flags: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(flags).view(np.uint8) if flags.dtype == bool else np.ascontiguousarray(flags, np.uint8)
+
+
+def first_ends(tt: TokenTable, dfas: list[tuple[np.ndarray, np.ndarray]], starts: list[int],
+               ranks: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Run several lexeme DFAs (sink tables, :func:`sink_table`) side by side from
+    ``starts`` over the bytes ``depth:`` of each token. Returns, per token, the first
+    position whose byte takes one of them to an accepting state (-1: none before the token
+    ends or all die) and int32[n, len(dfas)], the state of each before that byte (-1: dead
+    by then; meaningful where the position is not -1)."""
+    ranks = np.ascontiguousarray(ranks, dtype=np.int64)
+    n, m = ranks.shape[0], len(dfas)
+    pos = np.full(n, -1, dtype=np.int64)
+    before = np.full((n, m), -1, dtype=np.int32)
+    if NATIVE:
+        _tokenwalk.first_ends(tuple(t for t, _ in dfas), tuple(_as_u8(a) for _, a in dfas),
+                              np.array(starts, dtype=np.int32), ranks, int(depth), tt.blob, tt.offsets,
+                              pos, before)
+        return pos, before
+    sinks = np.array([t.shape[0] - 1 for t, _ in dfas], dtype=np.int32)
+    lengths = tt.lengths[ranks]
+    idx = np.arange(n)
+    st = np.array([starts], dtype=np.int32).repeat(n, axis=0)
+    for p in range(depth, tt.max_len):
+        more = lengths[idx] > p
+        idx, st = idx[more], st[more]
+        if not idx.size:
+            break
+        col = tt.columns[p][ranks[idx]]
+        nxt = np.empty_like(st)
+        live = np.zeros(idx.shape[0], dtype=bool)
+        done = np.zeros(idx.shape[0], dtype=bool)
+        for i, (table, acc) in enumerate(dfas):
+            nxt[:, i] = dfa_step(table, st[:, i], col)
+            alive_i = nxt[:, i] != sinks[i]
+            live |= alive_i
+            done |= alive_i & acc[nxt[:, i]]
+        idx, st, nxt, done = idx[live], st[live], nxt[live], done[live]
+        pos[idx[done]] = p
+        before[idx[done]] = np.where(st[done] == sinks, -1, st[done])
+        idx, st = idx[~done], nxt[~done]
+    return pos, before
+
+
+def run_suffixes_numpy(tt: TokenTable, table: np.ndarray, acc: np.ndarray, follow: np.ndarray,
+                       state: int, ranks: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`run_suffixes` with numpy."""
     sink = table.shape[0] - 1
     n = ranks.shape[0]
     alive_end = np.zeros(n, dtype=bool)

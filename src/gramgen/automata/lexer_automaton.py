@@ -22,6 +22,7 @@ import threading
 
 import numpy as np
 
+from . import lexeme_tokens
 from .lexeme_tokens import dfa_step
 
 _UNKNOWN = -2
@@ -103,6 +104,8 @@ class LexerAutomaton:
         if self.gave_up:
             ok[:] = True
             return ok
+        if lexeme_tokens.NATIVE:
+            return self._alive_native(tt, sid, ranks, depth)
         lengths = tt.lengths[ranks]
         ok[lengths <= depth] = True
         pos_idx = np.flatnonzero(lengths > depth)
@@ -134,4 +137,34 @@ class LexerAutomaton:
                 ok[pos_idx[ending]] = True
                 keep = ~ending
                 pos_idx, st = pos_idx[keep], st[keep]
+        return ok
+
+    def _alive_native(self, tt, sid: int, ranks: np.ndarray, depth: int) -> np.ndarray:
+        """:meth:`alive` by the C kernel: run every token as far as the table is known,
+        fill the transitions where tokens got stuck, run those tokens again."""
+        ranks = np.ascontiguousarray(ranks, dtype=np.int64)
+        ok = np.zeros(ranks.shape[0], dtype=bool)
+        todo = np.arange(ranks.shape[0])
+        while todo.size:
+            sub = ranks[todo]
+            ok_sub = np.zeros(sub.shape[0], dtype=np.uint8)
+            stuck = np.empty(sub.shape[0], dtype=np.int64)
+            lexeme_tokens._tokenwalk.lazy_walk(self._table, int(sid), sub, int(depth), tt.blob, tt.offsets,
+                                               ok_sub, stuck)
+            ok[todo] = ok_sub.view(bool)
+            waiting = stuck >= 0
+            if not waiting.any():
+                break
+            with self._lock:
+                for code in np.unique(stuck[waiting]).tolist():
+                    s, b = divmod(code, 256)
+                    if self._table[s, b] == _UNKNOWN:
+                        self._fill(s, b)
+                gave_up = len(self._states) > self._max_states
+                if gave_up:
+                    self.gave_up = True
+            if gave_up:
+                ok[todo[waiting]] = True
+                break
+            todo = todo[waiting]
         return ok

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..automata.earley import HorizonExceeded, LocalSignatures, horizon_view
-from ..automata.lexeme_tokens import dfa_step, run_suffixes
+from ..automata.lexeme_tokens import first_ends, run_suffixes
 from ..errors import TokenRejected
 from . import bitmask
 from .compiled import CompiledGrammar
@@ -282,7 +282,9 @@ class Matcher:
                     found, undecided = self._walk_exits(view, ranks)
                 else:  # every exit token ends a lexeme whose completion looks further back
                     found, undecided = [], list(ranks)
-                entry = (self._pack_ranks(found), undecided)
+                # ranks stand for bytes: in rank order the next walk can bisect them (a jump
+                # leaves them in the order of their rests)
+                entry = (self._pack_ranks(found), sorted(undecided))
                 cg.store_exits(key, entry)
             out |= entry[0]
             ranks = entry[1]
@@ -398,41 +400,22 @@ class Matcher:
             """(position, DFA states before it (-1: dead), byte, tokens sorted by their rest)
             for each way the tokens first complete one of the lexemes from ``states``."""
             arr = np.asarray(group, dtype=np.int64)
-            lengths = tt.lengths[arr]
-            idx = np.arange(arr.shape[0])
-            tabs = [cg.sink_tables[k] for k, _ in states]
-            sinks = [t.shape[0] - 1 for t, _ in tabs]
-            st = np.array([[q for _, q in states]], dtype=np.int32).repeat(arr.shape[0], axis=0)
+            pos, before = first_ends(tt, [cg.sink_tables[k] for k, _ in states], [q for _, q in states], arr, depth)
+            sel = np.flatnonzero(pos >= 0)
+            if not sel.size:
+                return []
+            p_sel = pos[sel]
+            byte = tt.blob[tt.offsets[arr[sel]] + p_sel].astype(np.int64)
+            # one group per (position, states before it, byte), by position first
+            codes = np.concatenate([p_sel[:, None], before[sel].astype(np.int64), byte[:, None]], axis=1)
+            uniq, inverse = np.unique(codes, axis=0, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            members = arr[sel]
             plan = []
-            for pos in range(depth, tt.max_len):
-                more = lengths[idx] > pos  # a token that ends inside a lexeme was found already
-                idx, st = idx[more], st[more]
-                if not idx.size:
-                    break
-                col = tt.columns[pos][arr[idx]]
-                nxt = np.empty_like(st)
-                live = np.zeros(idx.shape[0], dtype=bool)
-                done = np.zeros(idx.shape[0], dtype=bool)
-                for i, (table, acc) in enumerate(tabs):
-                    nxt[:, i] = dfa_step(table, st[:, i], col)
-                    alive_i = nxt[:, i] != sinks[i]
-                    live |= alive_i
-                    done |= alive_i & acc[nxt[:, i]]
-                idx, st, col, nxt, done = idx[live], st[live], col[live], nxt[live], done[live]
-                if done.any():
-                    before = np.where(st[done] == np.array(sinks, dtype=np.int32), -1, st[done])
-                    codes = np.concatenate([before.astype(np.int64), col[done, None]], axis=1)
-                    members = idx[done]
-                    uniq, inverse = np.unique(codes, axis=0, return_inverse=True)
-                    inverse = inverse.reshape(-1)
-                    for u, row in enumerate(uniq.tolist()):
-                        ranks = sorted(arr[members[inverse == u]].tolist(),
-                                       key=lambda r: sorted_bytes[r][pos + 1:])
-                        plan.append((pos, tuple(row[:-1]), row[-1], ranks))
-                    keep = ~done
-                    idx, st = idx[keep], nxt[keep]
-                else:
-                    st = nxt
+            for u, row in enumerate(uniq.tolist()):
+                p = row[0]
+                ranks = sorted(members[inverse == u].tolist(), key=lambda r: sorted_bytes[r][p + 1:])
+                plan.append((p, tuple(row[1:-1]), row[-1], ranks))
             return plan
 
         def lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
