@@ -294,3 +294,26 @@ def test_big_classes_stay_small():
     assert dfa(r'[^"\\]*').n_states < 10
     assert dfa(JSON_STRING).n_states < 30
     assert dfa(r"\w").n_states < 400
+
+
+def test_equal_regexes_share_one_dfa_within_a_byte_budget(monkeypatch):
+    """compile_regex reuses the DFA of an equal regex (the same bounded string under many
+    properties), keyed by the regex and the state budget, and keeps the cache under
+    DFA_CACHE_BYTES; a hit gives the same arrays as a fresh construction."""
+    from gramgen.automata import dfa as dfa_module
+
+    monkeypatch.setattr(dfa_module, "_cache", dfa_module.OrderedDict())
+    monkeypatch.setattr(dfa_module, "_cache_bytes", 0)
+    rx = parse_regex(r'"[^"\\]{0,40}"')
+    first = compile_regex(rx)
+    again = compile_regex(parse_regex(r'"[^"\\]{0,40}"'))
+    assert again is first
+    fresh = dfa_module._compile_regex(rx, 10_000)
+    assert (fresh.transitions == first.transitions).all() and (fresh.accepting == first.accepting).all()
+    assert compile_regex(rx, max_states=5_000) is not first  # another budget, another key
+    monkeypatch.setattr(dfa_module, "DFA_CACHE_BYTES", 4 * first.transitions.nbytes)
+    for n in range(100, 120):
+        compile_regex(parse_regex(f'"[a-z]{{0,{n}}}"'))
+        assert dfa_module._cache_bytes <= dfa_module.DFA_CACHE_BYTES
+        assert dfa_module._cache_bytes == sum(d.transitions.nbytes for d in dfa_module._cache.values())
+    assert compile_regex(rx) is not first  # evicted by the later ones

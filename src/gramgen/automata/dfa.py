@@ -10,7 +10,8 @@ from the start and can reach acceptance, so "the DFA has a state after these byt
 from __future__ import annotations
 
 import functools
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 from typing import Iterable
 
 import numpy as np
@@ -89,13 +90,44 @@ class ByteDFA:
         return self.n_states == 0
 
 
+#: compiled DFAs kept for reuse, by (regex, max_states), up to this many table bytes in all:
+#: the lexemes of one schema repeat (the same bounded string under several properties) and
+#: schemas compiled in one process share most of theirs (strings, numbers, formats)
+DFA_CACHE_BYTES = 64 << 20
+_cache: "OrderedDict[tuple[Regex, int], ByteDFA]" = OrderedDict()
+_cache_bytes = 0
+_cache_lock = threading.Lock()
+
+
 def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
     """The minimal trimmed byte DFA of ``rx``; identical input gives identical arrays.
 
     Raises :class:`CompileLimitError` when the NFA or the determinized automaton would
     exceed its budget (``max_states`` bounds the automaton *before* minimization, which
-    bounds the work, not just the result).
+    bounds the work, not just the result). DFAs are immutable, so equal regexes share
+    one (a bounded cache, :data:`DFA_CACHE_BYTES`).
     """
+    global _cache_bytes
+    key = (rx, max_states)
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            return found
+    dfa = _compile_regex(rx, max_states)
+    size = dfa.transitions.nbytes
+    if size <= DFA_CACHE_BYTES // 4:
+        with _cache_lock:
+            if key not in _cache:
+                _cache[key] = dfa
+                _cache_bytes += size
+                while _cache_bytes > DFA_CACHE_BYTES:
+                    _, old = _cache.popitem(last=False)
+                    _cache_bytes -= old.transitions.nbytes
+    return dfa
+
+
+def _compile_regex(rx: Regex, max_states: int) -> ByteDFA:
     nfa = _NFA(max(100_000, NFA_STATES_PER_DFA_STATE * max_states))
     nfa.check_size(rx)
     start = nfa.state()

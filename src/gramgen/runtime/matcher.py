@@ -6,6 +6,7 @@ import bisect
 from collections.abc import Iterable
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.unique imports it on first use (~20 ms): pay that at import, not in a mask
 
 from ..automata.earley import HorizonExceeded, LocalSignatures, horizon_view
 from ..automata.lexeme_tokens import first_ends, run_suffixes
