@@ -177,6 +177,14 @@ typedef struct {
     Py_ssize_t n, n_ranks;
 } Tokens;
 
+static void
+tokens_release(Tokens *t)
+{
+    PyBuffer_Release(&t->ranks);
+    PyBuffer_Release(&t->blob);
+    PyBuffer_Release(&t->offsets);
+}
+
 static int
 tokens_ok(Tokens *t)
 {
@@ -257,9 +265,7 @@ done:
     PyBuffer_Release(&table_b);
     PyBuffer_Release(&acc_b);
     PyBuffer_Release(&follow_b);
-    PyBuffer_Release(&t.ranks);
-    PyBuffer_Release(&t.blob);
-    PyBuffer_Release(&t.offsets);
+    tokens_release(&t);
     PyBuffer_Release(&alive_b);
     PyBuffer_Release(&may_b);
     return result;
@@ -370,9 +376,7 @@ done:
     PyMem_Free(cur);
     PyMem_Free(nxt);
     PyBuffer_Release(&starts_b);
-    PyBuffer_Release(&t.ranks);
-    PyBuffer_Release(&t.blob);
-    PyBuffer_Release(&t.offsets);
+    tokens_release(&t);
     PyBuffer_Release(&pos_b);
     PyBuffer_Release(&before_b);
     return result;
@@ -440,9 +444,7 @@ lazy_walk(PyObject *self, PyObject *args)
         result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&table_b);
-    PyBuffer_Release(&t.ranks);
-    PyBuffer_Release(&t.blob);
-    PyBuffer_Release(&t.offsets);
+    tokens_release(&t);
     PyBuffer_Release(&ok_b);
     PyBuffer_Release(&stuck_b);
     return result;

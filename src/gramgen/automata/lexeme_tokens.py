@@ -95,8 +95,8 @@ def classify_tokens_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, s
     exits = np.zeros((n_ranks + 31) // 32, dtype=np.uint32)
     if n_ranks:
         n_exits = _tokenwalk.classify(
-            np.ascontiguousarray(table, dtype=np.int32), np.ascontiguousarray(acc, dtype=np.uint8),
-            np.ascontiguousarray(_ALL_BYTES if follow is None else follow, dtype=np.uint8), int(state),
+            np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),
+            _as_u8(_ALL_BYTES if follow is None else follow), int(state),
             tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits)
     else:
         n_exits = 0
