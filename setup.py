@@ -1,11 +1,13 @@
-"""Builds the optional native kernel; everything else is configured in pyproject.toml.
+"""Builds the optional native kernels; everything else is configured in pyproject.toml.
 
 ``optional=True``: where no C compiler is available the install still succeeds and
-gramgen runs its numpy implementation of the same function (see
-``gramgen.automata.lexeme_tokens``).
+gramgen runs its Python/numpy implementation of the same functions (see
+``gramgen.automata.lexeme_tokens`` and ``gramgen.automata.dfa``).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("gramgen.automata._tokenwalk", ["src/gramgen/automata/_tokenwalk.c"],
-                             optional=True)])
+setup(ext_modules=[
+    Extension("gramgen.automata._tokenwalk", ["src/gramgen/automata/_tokenwalk.c"], optional=True),
+    Extension("gramgen.automata._dfabuild", ["src/gramgen/automata/_dfabuild.c"], optional=True),
+])

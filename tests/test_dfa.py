@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import time
 from collections import deque
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from gramgen.automata.dfa import ByteDFA, compile_regex
 from gramgen.automata.utf8 import encode_sequences, utf8_automaton
 from gramgen.errors import CompileLimitError
-from gramgen.grammar.ir import (EMPTY, NOTHING, Alt, ByteRanges, CharRanges, Repeat, Seq,
+from gramgen.grammar.ir import (EMPTY, NOTHING, Alt, Automaton, ByteRanges, CharRanges, Repeat, Seq,
                                 byte_literal, literal)
 from gramgen.grammar.regex import parse_regex
 
@@ -317,3 +318,111 @@ def test_equal_regexes_share_one_dfa_within_a_byte_budget(monkeypatch):
         assert dfa_module._cache_bytes <= dfa_module.DFA_CACHE_BYTES
         assert dfa_module._cache_bytes == sum(d.transitions.nbytes for d in dfa_module._cache.values())
     assert compile_regex(rx) is not first  # evicted by the later ones
+
+
+# ------------------------------------------------------- native builder == Python
+
+
+def _native_module():
+    from gramgen.automata import dfa as dfa_module
+
+    if dfa_module._dfabuild is None:
+        assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native DFA builder was not built"
+        pytest.skip("gramgen.automata._dfabuild was not built (no C compiler at install)")
+    return dfa_module
+
+
+def _same_outcome(rx, max_states: int) -> None:
+    """Both builders give identical tables, or both stop at a limit."""
+    dfa_module = _native_module()
+    outcomes = []
+    for native in (True, False):
+        try:
+            d = dfa_module._compile_regex(rx, max_states, native=native)
+            outcomes.append((d.transitions.tolist(), d.accepting.tolist()))
+        except CompileLimitError as exc:
+            outcomes.append(("limit", "max_states" in str(exc)))
+    assert outcomes[0] == outcomes[1], rx
+
+
+_leaf = st.one_of(
+    st.lists(st.tuples(st.integers(0, 0x10FFFF), st.integers(0, 0x2FF)), max_size=3).map(
+        lambda rs: CharRanges(tuple(sorted((lo, min(lo + w, 0x10FFFF)) for lo, w in rs)))),
+    st.sampled_from("abc\u00e9\u4e2d").map(literal),
+    st.lists(st.tuples(st.integers(0, 255), st.integers(0, 40)), min_size=1, max_size=3).map(
+        lambda rs: ByteRanges(tuple((lo, min(lo + w, 255)) for lo, w in rs))),
+)
+
+
+def _extend(inner):
+    return st.one_of(
+        st.lists(inner, max_size=4).map(lambda xs: Seq(tuple(xs))),
+        st.lists(inner, max_size=4).map(lambda xs: Alt(tuple(xs))),
+        st.tuples(inner, st.integers(0, 4), st.one_of(st.none(), st.integers(0, 6))).map(
+            lambda t: Repeat(t[0], t[1], t[2])),
+        st.tuples(st.lists(st.tuples(st.integers(0, 3), inner, st.integers(0, 3)), max_size=6),
+                  st.lists(st.integers(0, 3), max_size=3)).map(
+            lambda t: Automaton(4, 0, tuple(t[0]), tuple(sorted(set(t[1]))))),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(_leaf, _extend, max_leaves=14), st.sampled_from([10_000, 30]))
+def test_native_builder_equals_python_random(rx, max_states):
+    """The C pipeline (``_dfabuild``: Thompson NFA, subset construction, trim, Hopcroft,
+    canonical numbering) against the Python one on random regex trees, with a state budget
+    small enough that some of them stop at it."""
+    _same_outcome(rx, max_states)
+
+
+def test_native_builder_equals_python_on_real_lexemes():
+    """Every lexeme of the shipped grammars and of schemas with bounded strings, formats,
+    patterns and numeric ranges, plus the patterns above."""
+    import json
+    from pathlib import Path
+
+    import gramgen
+
+    grammars = [gramgen.Grammar.from_lark(p.read_text()) for p in sorted(Path(__file__).parents[1].glob("grammars/*.lark"))]
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 2, "maxLength": 40},
+        "mail": {"type": "string", "format": "email", "maxLength": 64},
+        "when": {"type": "string", "format": "date-time"},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3,5}$"},
+        "n": {"type": "integer", "minimum": -250, "maximum": 99999},
+        "x": {"type": "number", "exclusiveMinimum": 0.5, "maximum": 1e6},
+        "tags": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}, "maxItems": 4}}}
+    grammars.append(gramgen.Grammar.from_json_schema(json.dumps(schema), whitespace="flexible"))
+    rxs = [rx for g in grammars for rx in g.ir.lexemes.values()]
+    rxs += [parse_regex(p) for p in (JSON_STRING, JSON_NUMBER, PY_LONG_STRING, r"[^\W\d]\w*", "(?:a|b)*a(?:a|b){9}")]
+    assert len(rxs) >= 60
+    for rx in rxs:
+        _same_outcome(rx, 10_000)
+    _same_outcome(parse_regex("(?:a|b)*a(?:a|b){9}"), 500)  # both stop at max_states
+
+
+def test_native_builder_limits_and_malformed_programs():
+    """Budgets end the C build with the Python errors; a malformed program (offsets out of
+    range, unknown kinds, cycles) is a ValueError or a limit, never a crash."""
+    dfa_module = _native_module()
+    build = dfa_module._dfabuild.compile_program
+    with pytest.raises(CompileLimitError, match="NFA states"):
+        dfa_module._compile_regex(Repeat(Repeat(literal("a"), 1000, 1000), 1000, 1000), 10_000, native=True)
+    with pytest.raises(CompileLimitError, match="max_states"):
+        dfa_module._compile_regex(parse_regex("(?:a|b)*a(?:a|b){13}"), 10_000, native=True)
+    from array import array
+
+    assert build(array("i", [2, 2, 0, 0]), 0, 1000, 100, 10**6)[0] == 6  # Seq that contains itself
+    for program, root in ([array("i", [9, 0])], 0), ([array("i", [0, 5, 1, 2])], 0), \
+                         ([array("i", [2, 1, 77])], 0), ([array("i", [0, 1, 300, 400])], 0), \
+                         ([array("i", [1, 2, 1, 0, 0, 5])], 0), ([array("i", [0, 0])], 9):
+        with pytest.raises(ValueError):
+            build(program[0], root, 1000, 100, 10**6)
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        program = array("i", rng.integers(-2, 12, size=rng.integers(1, 24)).tolist())
+        try:
+            status = build(program, 0, 5000, 100, 10**6)[0]
+        except ValueError:
+            continue
+        assert status in (0, 1, 2, 5, 6)

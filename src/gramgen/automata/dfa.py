@@ -5,12 +5,20 @@ Pipeline: Thompson NFA over bytes (character classes enter as small UTF-8 automa
 minimization -> canonical renumbering. The result is *trimmed*: every state is reachable
 from the start and can reach acceptance, so "the DFA has a state after these bytes" means
 "these bytes are a viable prefix", which the parser relies on.
+
+Everything after the NFA runs in the optional C extension ``_dfabuild`` when it is built
+(the same function, ~50x faster: a JSON schema's counted strings have thousands of DFA
+states); the Python functions below are the reference and the fallback
+(``GRAMGEN_NATIVE=0`` selects them).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
+from array import array
+from itertools import accumulate, chain
 from collections import OrderedDict, deque
 from typing import Iterable
 
@@ -20,25 +28,74 @@ from ..errors import CompileLimitError
 from ..grammar.ir import Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq, normalize_ranges
 from .utf8 import EXIT, utf8_automaton
 
+try:
+    from . import _dfabuild
+except ImportError:  # built without a C compiler: the Python pipeline below
+    _dfabuild = None
+
+#: whether :func:`compile_regex` determinizes and minimizes natively
+NATIVE = _dfabuild is not None and os.environ.get("GRAMGEN_NATIVE", "1") != "0"
+
 NFA_STATES_PER_DFA_STATE = 20
 """The NFA may have up to ``max(100_000, 20 * max_states)`` states before we give up."""
 
 _Edge = tuple[int, int, int]
 
 
+class _Rows(dict):
+    """State -> its row of ``transitions`` as a Python list, made when first asked for.
+
+    Scalar stepping (``rows[q][byte]``) through lists is several times faster than
+    indexing numpy arrays, but converting every row up front cost more than building the
+    DFA (a JSON schema's counted strings have thousands of states, most never visited).
+    A dict with ``__missing__``, so a row already made costs one C-level lookup; to its
+    readers it is a read-only sequence of rows (length, iteration and equality as a list).
+    """
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: np.ndarray):
+        super().__init__()
+        self._table = table
+
+    def __missing__(self, state: int) -> list[int]:
+        if not 0 <= state < len(self._table):
+            raise IndexError(f"no DFA state {state}")
+        row = self._table[state].tolist()
+        self[state] = row
+        return row
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __iter__(self):
+        return (self[q] for q in range(len(self._table)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (_Rows, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} DFA rows>"
+
+
 class ByteDFA:
     """An immutable, trimmed, minimal DFA over bytes; state 0 is the start.
 
-    ``transitions[s, b]`` is the next state or -1 (no viable continuation). ``rows`` holds
-    the same table as Python lists because scalar stepping through lists is several times
-    faster than indexing numpy arrays; treat it as read-only.
+    ``transitions[s, b]`` is the next state or -1 (no viable continuation). ``rows[s]`` is
+    the same row as a Python list (made on first use, see :class:`_Rows`) because scalar
+    stepping through lists is several times faster than indexing numpy arrays; treat it
+    as read-only.
     """
 
     __slots__ = ("transitions", "accepting", "rows", "n_states")
 
     transitions: np.ndarray
     accepting: np.ndarray
-    rows: list[list[int]]
+    rows: _Rows
     n_states: int
 
     def __init__(self, transitions: np.ndarray, accepting: np.ndarray):
@@ -50,7 +107,7 @@ class ByteDFA:
         accepting.flags.writeable = False
         object.__setattr__(self, "transitions", transitions)
         object.__setattr__(self, "accepting", accepting)
-        object.__setattr__(self, "rows", transitions.tolist())
+        object.__setattr__(self, "rows", _Rows(transitions))
         object.__setattr__(self, "n_states", len(accepting))
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -127,8 +184,11 @@ def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
     return dfa
 
 
-def _compile_regex(rx: Regex, max_states: int) -> ByteDFA:
+def _compile_regex(rx: Regex, max_states: int, native: bool | None = None) -> ByteDFA:
     nfa = _NFA(max(100_000, NFA_STATES_PER_DFA_STATE * max_states))
+    if NATIVE if native is None else native:
+        # the C builder stops at the NFA budget itself, within milliseconds
+        return _native_dfa(rx, nfa.budget, max_states)
     nfa.check_size(rx)
     start = nfa.state()
     final = nfa.build(rx, start)
@@ -141,6 +201,98 @@ def _compile_regex(rx: Regex, max_states: int) -> ByteDFA:
     trans, accepting = _renumber(trans, accepting)
     table = np.array(trans, dtype=np.int32).reshape(len(trans), len(classes))
     return ByteDFA(table[:, np.array(class_of, dtype=np.intp)], np.array(accepting, bool))
+
+
+def _native_dfa(rx: Regex, budget: int, max_states: int) -> ByteDFA:
+    """Thompson NFA, determinization, trim, minimization and renumbering in C (the same
+    DFA as the Python path, which the tests check)."""
+    if _dfabuild is None:
+        raise RuntimeError("gramgen's native DFA builder (gramgen.automata._dfabuild) is not built")
+    program = _Program()
+    try:
+        root = program.node(rx)
+    except RecursionError:
+        raise CompileLimitError("regex is nested too deeply") from None
+    status, trans, accepting, n_states, class_of = _dfabuild.compile_program(
+        program.code, root, budget, max_states, _work_budget(max_states))
+    if status == 1:
+        raise CompileLimitError(f"regex DFA exceeds max_states={max_states}")
+    if status == 2:
+        raise CompileLimitError("regex is too expensive to determinize")
+    if status == 5:
+        raise CompileLimitError(f"regex needs more than {budget} NFA states")
+    if status == 6:
+        raise CompileLimitError("regex is nested too deeply")
+    if not n_states:
+        return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+    table = np.frombuffer(trans, dtype=np.int32).reshape(n_states, -1)
+    classes = np.frombuffer(class_of, dtype=np.int32).astype(np.intp)
+    return ByteDFA(table[:, classes], np.frombuffer(accepting, dtype=np.int32) != 0)
+
+
+class _Program:
+    """A regex as a flat int32 program for ``_dfabuild.compile_program``: each node is a
+    kind followed by its operands, referred to by its offset; a shared subtree (or an
+    equal character class) is encoded once, so the program stays as small as the tree
+    even where counted repeats make the NFA large."""
+
+    BYTES, CHARS, SEQ, ALT, REPEAT, AUTOMATON = range(6)
+
+    def __init__(self):
+        self.code = array("i")
+        self._by_id: dict[int, int] = {}
+        self._chars: dict[object, int] = {}
+
+    def node(self, rx: Regex) -> int:
+        at = self._by_id.get(id(rx))
+        if at is not None:
+            return at
+        if isinstance(rx, CharRanges):
+            at = self._char_class(rx.ranges)
+        elif isinstance(rx, ByteRanges):
+            ranges = [(max(lo, 0), min(hi, 255)) for lo, hi in normalize_ranges(rx.ranges)]
+            ranges = [r for r in ranges if r[0] <= r[1]]
+            at = self._emit([self.BYTES, len(ranges), *chain.from_iterable(ranges)])
+        elif isinstance(rx, (Seq, Alt)):
+            kids = [self.node(item) for item in rx.items]
+            at = self._emit([self.SEQ if isinstance(rx, Seq) else self.ALT, len(kids), *kids])
+        elif isinstance(rx, Repeat):
+            item = self.node(rx.item)
+            at = self._emit([self.REPEAT, item, rx.min, -1 if rx.max is None else rx.max])
+        elif isinstance(rx, Automaton):
+            labels = [(a, self.node(label), b) for a, label, b in rx.edges]
+            accepting = list(rx.accepting)
+            at = self._emit([self.AUTOMATON, rx.n_states, rx.start, len(accepting), *accepting,
+                             len(labels), *chain.from_iterable(labels)])
+        else:
+            raise TypeError(f"not a regex node: {rx!r}")
+        self._by_id[id(rx)] = at
+        return at
+
+    def _char_class(self, ranges) -> int:
+        try:
+            at = self._chars.get(ranges)
+        except TypeError:  # ranges given as lists: not hashable
+            at, ranges = None, tuple(map(tuple, ranges))
+        if at is None:
+            automaton = _char_automaton(ranges)
+            words = [self.CHARS, len(automaton)]
+            for edges in automaton:
+                words.append(len(edges))
+                for lo, hi, target in edges:
+                    words += (lo, hi, -1 if target == EXIT else target)
+            at = self._chars[ranges] = self._emit(words)
+        return at
+
+    def _emit(self, words: list[int]) -> int:
+        at = len(self.code)
+        self.code.extend(words)
+        return at
+
+
+def _work_budget(max_states: int) -> int:
+    """Epsilon-closure steps allowed while determinizing (both implementations count them)."""
+    return 500 * max(max_states, 1000)
 
 
 # ---------------------------------------------------------------------------- NFA
@@ -310,7 +462,7 @@ def _determinize(nfa: _NFA, final: int, class_of: list[int],
     ids: dict[frozenset[int], int] = {}
     order: list[frozenset[int]] = []
     closed: dict[frozenset[int], int] = {}
-    work_budget = 500 * max(max_states, 1000)  # epsilon-closure steps
+    work_budget = _work_budget(max_states)
     work = 0
 
     def state_of(seeds: Iterable[int]) -> int:

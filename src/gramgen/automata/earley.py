@@ -161,7 +161,7 @@ class ParserTables:
         self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
 
         self.lex_rows = [d.rows for d in lex_dfas]
-        self.lex_accept = [[bool(a) for a in d.accepting] for d in lex_dfas]
+        self.lex_accept = [d.accepting.tolist() for d in lex_dfas]
         self.lex_dfas = lex_dfas
         lex_nullable = [d.nullable for d in lex_dfas]
         self.nullable = self._nullable(N, lex_nullable)

@@ -69,7 +69,7 @@ class LexerAutomaton:
             per_byte: list[list] = [[] for _ in range(256)]
             k, mask = 0, follow
             while mask:
-                if mask & 1 and self._rows[k]:
+                if mask & 1 and self._accept[k]:  # the lexeme's DFA has states
                     for b, q in enumerate(self._rows[k][0]):
                         if q >= 0:
                             per_byte[b].append((k, q))

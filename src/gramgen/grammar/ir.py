@@ -82,6 +82,30 @@ class Automaton(Regex):
     accepting: tuple[int, ...]
 
 
+def _memoized_hash(generated):
+    """Regexes are immutable trees hashed over and over (as cache keys, in simplification
+    memos); the generated ``__hash__`` walks the whole tree every time. Keep it in the
+    instance (outside the compared fields; not pickled, since ``hash(None)`` differs
+    between processes before Python 3.12)."""
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = d["_hash"] = generated(self)
+        return h
+
+    return __hash__
+
+
+def _reduce(self):
+    return (type(self), tuple(getattr(self, f) for f in self.__dataclass_fields__))
+
+
+for _cls in (CharRanges, ByteRanges, Seq, Alt, Repeat, Automaton):
+    _cls.__hash__ = _memoized_hash(_cls.__hash__)
+    _cls.__reduce__ = _reduce
+
 EMPTY = Seq(())
 NOTHING = Alt(())
 

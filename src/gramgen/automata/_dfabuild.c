@@ -1,0 +1,965 @@
+/* Native DFA construction: subset construction, trim, minimization and canonical
+ * numbering of a lexeme's NFA, in C.
+ *
+ * This is the same function as the Python pipeline of gramgen.automata.dfa
+ * (_determinize -> _trim -> _minimize -> _renumber), which stays the reference and the
+ * fallback when this module is not built; the tests compare the two on many regexes.
+ * Compiling a JSON schema is mostly this work (string lexemes with counted lengths have
+ * thousands of DFA states), and in Python it costs ~60 us per DFA state.
+ *
+ * Input: the regex as a flat program (see gramgen.automata.dfa._Program), expanded here
+ * into a Thompson NFA exactly as _NFA.build does, then split into byte classes. Output: the minimal trimmed DFA
+ * over classes, its states numbered breadth-first from the start in class order (the
+ * canonical form: equal languages give equal tables), or a status when a budget is
+ * exceeded. Determinization counts the same work as the Python version (epsilon-closure
+ * steps of distinct seed sets) and the same states, so both raise at the same point.
+ *
+ * No numpy headers: arrays arrive through the buffer protocol and every index read from
+ * them is checked. The GIL is released during the work.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OK = 0, TOO_MANY_STATES = 1, TOO_MUCH_WORK = 2, NO_MEMORY = 3, BAD_INPUT = 4, TOO_BIG_NFA = 5, TOO_DEEP = 6 };
+
+/* ------------------------------------------------------------------ growable arrays */
+
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} Vec;
+
+static int
+vec_reserve(Vec *a, size_t extra)
+{
+    if (a->n + extra <= a->cap)
+        return 0;
+    size_t cap = a->cap ? a->cap : 64;
+    while (cap < a->n + extra)
+        cap *= 2;
+    int32_t *v = realloc(a->v, cap * sizeof(int32_t));
+    if (!v)
+        return -1;
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+static int
+vec_push(Vec *a, int32_t x)
+{
+    if (vec_reserve(a, 1))
+        return -1;
+    a->v[a->n++] = x;
+    return 0;
+}
+
+/* ------------------------------------------------- sets of ints, interned by content */
+
+/* Each set is a sorted run of ints in `pool`; the table maps content -> (value). */
+typedef struct {
+    Vec pool;
+    Vec start, len, value;   /* per interned set */
+    int64_t *slots;          /* open addressing: index into start/len/value, or -1 */
+    size_t n_slots;
+} SetTable;
+
+static uint64_t
+hash_ints(const int32_t *x, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL ^ n;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint32_t)x[i];
+        h *= 1099511628211ULL;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static int
+set_table_init(SetTable *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->n_slots = 1024;
+    t->slots = malloc(t->n_slots * sizeof(int64_t));
+    if (!t->slots)
+        return -1;
+    for (size_t i = 0; i < t->n_slots; i++)
+        t->slots[i] = -1;
+    return 0;
+}
+
+static void
+set_table_free(SetTable *t)
+{
+    free(t->pool.v);
+    free(t->start.v);
+    free(t->len.v);
+    free(t->value.v);
+    free(t->slots);
+}
+
+/* The slot where `x` is or would go. */
+static size_t
+set_table_slot(const SetTable *t, const int32_t *x, size_t n, uint64_t h)
+{
+    size_t mask = t->n_slots - 1, i = h & mask;
+    for (;;) {
+        int64_t k = t->slots[i];
+        if (k < 0)
+            return i;
+        if ((size_t)t->len.v[k] == n && memcmp(t->pool.v + t->start.v[k], x, n * sizeof(int32_t)) == 0)
+            return i;
+        i = (i + 1) & mask;
+    }
+}
+
+static int
+set_table_grow(SetTable *t)
+{
+    size_t n_slots = t->n_slots * 2;
+    int64_t *slots = malloc(n_slots * sizeof(int64_t));
+    if (!slots)
+        return -1;
+    for (size_t i = 0; i < n_slots; i++)
+        slots[i] = -1;
+    for (size_t k = 0; k < t->start.n; k++) {
+        const int32_t *x = t->pool.v + t->start.v[k];
+        size_t i = hash_ints(x, t->len.v[k]) & (n_slots - 1);
+        while (slots[i] >= 0)
+            i = (i + 1) & (n_slots - 1);
+        slots[i] = (int64_t)k;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->n_slots = n_slots;
+    return 0;
+}
+
+/* The value stored for set `x`, or -2 when absent. */
+static int32_t
+set_table_get(const SetTable *t, const int32_t *x, size_t n)
+{
+    int64_t k = t->slots[set_table_slot(t, x, n, hash_ints(x, n))];
+    return k < 0 ? -2 : t->value.v[k];
+}
+
+static int
+set_table_put(SetTable *t, const int32_t *x, size_t n, int32_t value)
+{
+    if ((t->start.n + 1) * 2 > t->n_slots && set_table_grow(t))
+        return -1;
+    size_t i = set_table_slot(t, x, n, hash_ints(x, n));
+    if (t->pool.n > INT32_MAX - n)
+        return -1;
+    int32_t at = (int32_t)t->pool.n;
+    if (vec_reserve(&t->pool, n) || vec_push(&t->start, at) || vec_push(&t->len, (int32_t)n)
+        || vec_push(&t->value, value))
+        return -1;
+    memcpy(t->pool.v + at, x, n * sizeof(int32_t));
+    t->pool.n += n;
+    t->slots[i] = (int64_t)(t->start.n - 1);
+    return 0;
+}
+
+static int
+cmp_int32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* ------------------------------------------------------------------- determinize */
+
+typedef struct {
+    int32_t n;                       /* NFA states */
+    const int64_t *eps_off;          /* n + 1 */
+    const int32_t *eps_tgt;
+    const int64_t *edge_off;         /* n + 1 */
+    const int32_t *edges;            /* (lo byte, hi byte, target) triples */
+    int32_t final;
+    const int32_t *class_of;         /* 256 */
+    int32_t n_classes;
+} Nfa;
+
+typedef struct {
+    Nfa nfa;
+    int32_t max_states;
+    int64_t work_budget;
+    /* results of determinize */
+    Vec trans;                       /* n_dfa * n_classes */
+    Vec accepting;                   /* n_dfa */
+    int32_t n_dfa;
+} Build;
+
+/* Subset construction; the DFA states are the sets of NFA states that have byte edges
+ * (plus the final state) of the epsilon closures of seed sets, like the Python version. */
+static int
+determinize(Build *b)
+{
+    const Nfa *a = &b->nfa;
+    const int32_t k = a->n_classes;
+    int status = NO_MEMORY;
+    SetTable dfa_states, closed;     /* member set -> DFA id; seed set -> DFA id (or -1) */
+    int ok_tables = set_table_init(&dfa_states) == 0;
+    ok_tables = set_table_init(&closed) == 0 && ok_tables;
+    int32_t *stamp = calloc((size_t)a->n, sizeof(int32_t));
+    char *keep = calloc((size_t)a->n, 1);
+    int32_t *head = malloc((size_t)k * sizeof(int32_t));
+    Vec node_t = {0}, node_next = {0}, seeds = {0}, stack = {0}, members = {0}, prev = {0};
+    int32_t cur_stamp = 0;
+    int64_t work = 0;
+    if (!ok_tables || !stamp || !keep || !head)
+        goto done;
+    for (int32_t s = 0; s < a->n; s++)
+        keep[s] = a->edge_off[s + 1] > a->edge_off[s] || s == a->final;
+
+    /* the id of the closure of `seeds` (sorted, distinct), interning it; -1 for none */
+#define STATE_OF(result)                                                                \
+    do {                                                                                \
+        int32_t got_ = set_table_get(&closed, seeds.v, seeds.n);                        \
+        if (got_ != -2) { result = got_; break; }                                       \
+        cur_stamp++;                                                                    \
+        stack.n = 0; members.n = 0;                                                     \
+        int64_t seen_ = 0;                                                              \
+        for (size_t i_ = 0; i_ < seeds.n; i_++) {                                       \
+            stamp[seeds.v[i_]] = cur_stamp;                                             \
+            if (vec_push(&stack, seeds.v[i_])) goto done;                               \
+        }                                                                               \
+        while (stack.n) {                                                               \
+            int32_t s_ = stack.v[--stack.n];                                            \
+            seen_++;                                                                    \
+            if (keep[s_] && vec_push(&members, s_)) goto done;                          \
+            for (int64_t e_ = a->eps_off[s_]; e_ < a->eps_off[s_ + 1]; e_++) {          \
+                int32_t t_ = a->eps_tgt[e_];                                            \
+                if (stamp[t_] != cur_stamp) {                                           \
+                    stamp[t_] = cur_stamp;                                              \
+                    if (vec_push(&stack, t_)) goto done;                                \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+        work += seen_;                                                                  \
+        if (work > b->work_budget) { status = TOO_MUCH_WORK; goto done; }              \
+        if (!members.n) {                                                               \
+            result = -1;                                                                \
+        } else {                                                                        \
+            qsort(members.v, members.n, sizeof(int32_t), cmp_int32);                    \
+            result = set_table_get(&dfa_states, members.v, members.n);                  \
+            if (result == -2) {                                                         \
+                if (b->n_dfa >= b->max_states) { status = TOO_MANY_STATES; goto done; } \
+                result = b->n_dfa++;                                                    \
+                if (set_table_put(&dfa_states, members.v, members.n, result)) goto done;\
+            }                                                                           \
+        }                                                                               \
+        if (set_table_put(&closed, seeds.v, seeds.n, result)) goto done;                \
+    } while (0)
+
+    int32_t sid;
+    if (vec_push(&seeds, 0))
+        goto done;
+    STATE_OF(sid);
+    (void)sid;
+    for (int32_t i = 0; i < b->n_dfa; i++) {
+        /* the members of DFA state i: interned in order, so set i is at index i of the
+         * table's storage (the pool may move while we add states: copy them out) */
+        size_t m_start = (size_t)dfa_states.start.v[i], m_len = (size_t)dfa_states.len.v[i];
+        Vec mem = {0};
+        if (vec_reserve(&mem, m_len))
+            goto done;
+        memcpy(mem.v, dfa_states.pool.v + m_start, m_len * sizeof(int32_t));
+        mem.n = m_len;
+        int32_t is_final = 0;
+        for (int32_t c = 0; c < k; c++)
+            head[c] = -1;
+        node_t.n = node_next.n = 0;
+        for (size_t j = 0; j < mem.n; j++) {
+            int32_t s = mem.v[j];
+            if (s == a->final)
+                is_final = 1;
+            for (int64_t e = a->edge_off[s]; e < a->edge_off[s + 1]; e++) {
+                int32_t c0 = a->class_of[a->edges[3 * e]], c1 = a->class_of[a->edges[3 * e + 1]];
+                int32_t t = a->edges[3 * e + 2];
+                for (int32_t c = c0; c <= c1; c++) {
+                    if (vec_push(&node_t, t) || vec_push(&node_next, head[c])) {
+                        free(mem.v);
+                        goto done;
+                    }
+                    head[c] = (int32_t)node_t.n - 1;
+                }
+            }
+        }
+        free(mem.v);
+        if (vec_push(&b->accepting, is_final) || vec_reserve(&b->trans, (size_t)k))
+            goto done;
+        b->trans.n += (size_t)k;
+        prev.n = 0;
+        int32_t prev_id = -1, have_prev = 0;
+        for (int32_t c = 0; c < k; c++) {
+            int32_t id = -1;
+            if (head[c] >= 0) {
+                seeds.n = 0;
+                for (int32_t x = head[c]; x >= 0; x = node_next.v[x])
+                    if (vec_push(&seeds, node_t.v[x]))
+                        goto done;
+                qsort(seeds.v, seeds.n, sizeof(int32_t), cmp_int32);
+                size_t w = 0;
+                for (size_t r = 0; r < seeds.n; r++)
+                    if (!w || seeds.v[r] != seeds.v[w - 1])
+                        seeds.v[w++] = seeds.v[r];
+                seeds.n = w;
+                if (have_prev && prev.n == seeds.n && memcmp(prev.v, seeds.v, w * sizeof(int32_t)) == 0) {
+                    id = prev_id;
+                } else {
+                    STATE_OF(id);
+                    prev.n = 0;
+                    if (vec_reserve(&prev, seeds.n))
+                        goto done;
+                    memcpy(prev.v, seeds.v, seeds.n * sizeof(int32_t));
+                    prev.n = seeds.n;
+                    prev_id = id;
+                    have_prev = 1;
+                }
+            }
+            b->trans.v[(size_t)i * k + c] = id;
+        }
+    }
+#undef STATE_OF
+    status = OK;
+done:
+    set_table_free(&dfa_states);
+    set_table_free(&closed);
+    free(stamp);
+    free(keep);
+    free(head);
+    free(node_t.v);
+    free(node_next.v);
+    free(seeds.v);
+    free(stack.v);
+    free(members.v);
+    free(prev.v);
+    return status;
+}
+
+/* ------------------------------------------------------ trim, minimize, renumber */
+
+/* Hopcroft's partition refinement on the live states plus an explicit sink (the DFA is
+ * completed so that the textbook algorithm applies; no live state is equivalent to the
+ * sink, because every live state reaches acceptance). Blocks are contiguous ranges of
+ * `elems`; marking moves a state to the front of its block. Returns block per state. */
+static int
+hopcroft(int32_t n, int32_t k, const int32_t *trans, const int32_t *accepting, int32_t *blk_out)
+{
+    /* states 0..n-1, sink n */
+    const int32_t N = n + 1;
+    int status = NO_MEMORY;
+    int64_t *inv_off = calloc((size_t)N * k + 1, sizeof(int64_t));
+    int32_t *inv = malloc((size_t)N * k * sizeof(int32_t));
+    int32_t *elems = malloc((size_t)N * sizeof(int32_t)), *loc = malloc((size_t)N * sizeof(int32_t));
+    int32_t *first = malloc((size_t)N * sizeof(int32_t)), *end = malloc((size_t)N * sizeof(int32_t));
+    int32_t *mid = malloc((size_t)N * sizeof(int32_t)), *work = malloc((size_t)N * sizeof(int32_t));
+    char *in_work = calloc((size_t)N, 1);
+    int32_t *touched = malloc((size_t)N * sizeof(int32_t)), *snap = malloc((size_t)N * sizeof(int32_t));
+    int32_t *blk = blk_out;
+    if (!inv_off || !inv || !elems || !loc || !first || !end || !mid || !work || !in_work || !touched || !snap)
+        goto done;
+#define TGT(s, c) ((s) == n ? n : (trans[(size_t)(s) * k + (c)] < 0 ? n : trans[(size_t)(s) * k + (c)]))
+    /* inverse transitions keyed by (target, class) */
+    for (int32_t s = 0; s < N; s++)
+        for (int32_t c = 0; c < k; c++)
+            inv_off[(size_t)TGT(s, c) * k + c + 1]++;
+    for (size_t i = 0; i < (size_t)N * k; i++)
+        inv_off[i + 1] += inv_off[i];
+    {
+        int64_t *fill = malloc(((size_t)N * k + 1) * sizeof(int64_t));
+        if (!fill)
+            goto done;
+        memcpy(fill, inv_off, ((size_t)N * k + 1) * sizeof(int64_t));
+        for (int32_t s = 0; s < N; s++)
+            for (int32_t c = 0; c < k; c++)
+                inv[fill[(size_t)TGT(s, c) * k + c]++] = s;
+        free(fill);
+    }
+#undef TGT
+    /* initial partition: accepting states, then the others (with the sink) */
+    int32_t n_blocks = 0, pos = 0;
+    for (int pass = 1; pass >= 0; pass--) {
+        int32_t start = pos;
+        for (int32_t s = 0; s < N; s++) {
+            int32_t acc = s < n && accepting[s];
+            if (acc == pass) {
+                elems[pos] = s;
+                loc[s] = pos++;
+                blk[s] = n_blocks;
+            }
+        }
+        if (pos > start) {
+            first[n_blocks] = mid[n_blocks] = start;
+            end[n_blocks] = pos;
+            n_blocks++;
+        }
+    }
+    int32_t n_work = 0;
+    for (int32_t b = 0; b < n_blocks; b++) {
+        work[n_work++] = b;
+        in_work[b] = 1;
+    }
+    while (n_work) {
+        int32_t a = work[--n_work];
+        in_work[a] = 0;
+        int32_t n_snap = end[a] - first[a];
+        memcpy(snap, elems + first[a], (size_t)n_snap * sizeof(int32_t));
+        for (int32_t c = 0; c < k; c++) {
+            int32_t n_touched = 0;
+            for (int32_t i = 0; i < n_snap; i++) {
+                size_t key = (size_t)snap[i] * k + c;
+                for (int64_t e = inv_off[key]; e < inv_off[key + 1]; e++) {
+                    int32_t s = inv[e], b = blk[s];
+                    if (loc[s] < mid[b])
+                        continue;  /* already marked */
+                    if (mid[b] == first[b])
+                        touched[n_touched++] = b;
+                    int32_t p = loc[s], q = mid[b]++;
+                    int32_t other = elems[q];
+                    elems[q] = s;
+                    loc[s] = q;
+                    elems[p] = other;
+                    loc[other] = p;
+                }
+            }
+            for (int32_t t = 0; t < n_touched; t++) {
+                int32_t b = touched[t];
+                if (mid[b] == end[b]) {
+                    mid[b] = first[b];
+                    continue;
+                }
+                int32_t nb = n_blocks++;  /* the marked part becomes a new block */
+                first[nb] = mid[nb] = first[b];
+                end[nb] = mid[b];
+                first[b] = mid[b];
+                mid[b] = first[b];
+                for (int32_t p = first[nb]; p < end[nb]; p++)
+                    blk[elems[p]] = nb;
+                if (in_work[b] || end[nb] - first[nb] <= end[b] - first[b]) {
+                    work[n_work++] = nb;
+                    in_work[nb] = 1;
+                } else {
+                    work[n_work++] = b;
+                    in_work[b] = 1;
+                }
+            }
+        }
+    }
+    status = OK;
+done:
+    free(inv_off);
+    free(inv);
+    free(elems);
+    free(loc);
+    free(first);
+    free(end);
+    free(mid);
+    free(work);
+    free(in_work);
+    free(touched);
+    free(snap);
+    return status;
+}
+
+/* Trim, minimize and renumber the determinized automaton in `b`; the result replaces
+ * b->trans / b->accepting (n_dfa = 0 for the empty language). */
+static int
+trim_minimize(Build *b)
+{
+    const int32_t n = b->n_dfa, k = b->nfa.n_classes;
+    int status = NO_MEMORY;
+    int32_t *trans = b->trans.v, *acc = b->accepting.v;
+    int64_t *pred_off = calloc((size_t)n + 1, sizeof(int64_t));
+    int32_t *preds = malloc((size_t)n * k * sizeof(int32_t) + 1);
+    char *live = calloc((size_t)n + 1, 1);
+    int32_t *queue = malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *new_id = malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *ltrans = NULL, *lacc = NULL, *blk = NULL, *bid = NULL, *rep = NULL, *order = NULL;
+    int32_t *out_t = NULL, *out_a = NULL;
+    if (!pred_off || !preds || !live || !queue || !new_id)
+        goto done;
+    /* live = can reach acceptance */
+    for (int32_t s = 0; s < n; s++)
+        for (int32_t c = 0; c < k; c++) {
+            int32_t t = trans[(size_t)s * k + c];
+            if (t >= 0)
+                pred_off[t + 1]++;
+        }
+    for (int32_t s = 0; s < n; s++)
+        pred_off[s + 1] += pred_off[s];
+    {
+        int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
+        if (!fill)
+            goto done;
+        memcpy(fill, pred_off, ((size_t)n + 1) * sizeof(int64_t));
+        for (int32_t s = 0; s < n; s++)
+            for (int32_t c = 0; c < k; c++) {
+                int32_t t = trans[(size_t)s * k + c];
+                if (t >= 0)
+                    preds[fill[t]++] = s;
+            }
+        free(fill);
+    }
+    int32_t qh = 0, qt = 0;
+    for (int32_t s = 0; s < n; s++)
+        if (acc[s]) {
+            live[s] = 1;
+            queue[qt++] = s;
+        }
+    while (qh < qt) {
+        int32_t t = queue[qh++];
+        for (int64_t e = pred_off[t]; e < pred_off[t + 1]; e++)
+            if (!live[preds[e]]) {
+                live[preds[e]] = 1;
+                queue[qt++] = preds[e];
+            }
+    }
+    if (n == 0 || !live[0]) {
+        b->n_dfa = 0;
+        b->trans.n = b->accepting.n = 0;
+        status = OK;
+        goto done;
+    }
+    /* the live states, renumbered in order (0 stays 0), edges into dead states cut */
+    int32_t m = 0;
+    for (int32_t s = 0; s < n; s++)
+        new_id[s] = live[s] ? m++ : -1;
+    ltrans = malloc((size_t)m * k * sizeof(int32_t));
+    lacc = malloc((size_t)m * sizeof(int32_t));
+    blk = malloc(((size_t)m + 1) * sizeof(int32_t));
+    if (!ltrans || !lacc || !blk)
+        goto done;
+    for (int32_t s = 0; s < n; s++) {
+        if (!live[s])
+            continue;
+        int32_t i = new_id[s];
+        lacc[i] = acc[s];
+        for (int32_t c = 0; c < k; c++) {
+            int32_t t = trans[(size_t)s * k + c];
+            ltrans[(size_t)i * k + c] = t >= 0 ? new_id[t] : -1;
+        }
+    }
+    if ((status = hopcroft(m, k, ltrans, lacc, blk)) != OK)
+        goto done;
+    status = NO_MEMORY;
+    /* the quotient, numbered breadth-first from the start's block in class order */
+    int32_t n_blocks = 0;
+    for (int32_t s = 0; s <= m; s++)
+        if (blk[s] + 1 > n_blocks)
+            n_blocks = blk[s] + 1;
+    bid = malloc((size_t)n_blocks * sizeof(int32_t));
+    rep = malloc((size_t)n_blocks * sizeof(int32_t));
+    order = malloc((size_t)n_blocks * sizeof(int32_t));
+    if (!bid || !rep || !order)
+        goto done;
+    for (int32_t x = 0; x < n_blocks; x++)
+        bid[x] = rep[x] = -1;
+    for (int32_t s = 0; s < m; s++)
+        if (rep[blk[s]] < 0)
+            rep[blk[s]] = s;
+    int32_t n_out = 0;
+    bid[blk[0]] = n_out;
+    order[n_out++] = blk[0];
+    for (int32_t i = 0; i < n_out; i++) {
+        int32_t r = rep[order[i]];
+        for (int32_t c = 0; c < k; c++) {
+            int32_t t = ltrans[(size_t)r * k + c];
+            if (t >= 0 && bid[blk[t]] < 0) {
+                bid[blk[t]] = n_out;
+                order[n_out++] = blk[t];
+            }
+        }
+    }
+    out_t = malloc((size_t)n_out * k * sizeof(int32_t) + 1);
+    out_a = malloc((size_t)n_out * sizeof(int32_t) + 1);
+    if (!out_t || !out_a)
+        goto done;
+    for (int32_t i = 0; i < n_out; i++) {
+        int32_t r = rep[order[i]];
+        out_a[i] = lacc[r];
+        for (int32_t c = 0; c < k; c++) {
+            int32_t t = ltrans[(size_t)r * k + c];
+            out_t[(size_t)i * k + c] = t >= 0 ? bid[blk[t]] : -1;
+        }
+    }
+    free(b->trans.v);
+    free(b->accepting.v);
+    b->trans.v = out_t;
+    b->trans.n = b->trans.cap = (size_t)n_out * k;
+    b->accepting.v = out_a;
+    b->accepting.n = b->accepting.cap = (size_t)n_out;
+    b->n_dfa = n_out;
+    out_t = out_a = NULL;
+    status = OK;
+done:
+    free(pred_off);
+    free(preds);
+    free(live);
+    free(queue);
+    free(new_id);
+    free(ltrans);
+    free(lacc);
+    free(blk);
+    free(bid);
+    free(rep);
+    free(order);
+    free(out_t);
+    free(out_a);
+    return status;
+}
+
+/* ---------------------------------------------------------- Thompson construction */
+
+/* The regex arrives as a flat program of int32 nodes (gramgen.automata.dfa._Program);
+ * a node is referred to by its offset. Shared subtrees are encoded once. */
+enum { K_BYTES = 0, K_CHARS = 1, K_SEQ = 2, K_ALT = 3, K_REPEAT = 4, K_AUTOMATON = 5 };
+
+typedef struct {
+    const int32_t *prog;
+    Py_ssize_t len;
+    int32_t budget;                  /* NFA states */
+    int32_t n;                       /* NFA states so far */
+    Vec eps_from, eps_to, e_from, e_lo, e_hi, e_to;
+    int status;
+    int depth;
+} Thompson;
+
+#define MAX_DEPTH 4000
+
+static int32_t
+t_state(Thompson *t)
+{
+    if (t->n >= t->budget) {
+        t->status = TOO_BIG_NFA;
+        return -1;
+    }
+    return t->n++;
+}
+
+static int
+t_eps(Thompson *t, int32_t a, int32_t b)
+{
+    if (vec_push(&t->eps_from, a) || vec_push(&t->eps_to, b)) {
+        t->status = NO_MEMORY;
+        return -1;
+    }
+    return 0;
+}
+
+static int
+t_edge(Thompson *t, int32_t a, int32_t lo, int32_t hi, int32_t b)
+{
+    if (vec_push(&t->e_from, a) || vec_push(&t->e_lo, lo) || vec_push(&t->e_hi, hi) || vec_push(&t->e_to, b)) {
+        t->status = NO_MEMORY;
+        return -1;
+    }
+    return 0;
+}
+
+/* reads prog[at + i], or fails the build when the program is malformed */
+#define ARG(i) ((at + (i) < t->len && at + (i) >= 0) ? t->prog[at + (i)] : (t->status = BAD_INPUT, 0))
+
+/* Adds node `at` starting at NFA state `src`; returns the state after it, -1 on failure
+ * (t->status says why). Mirrors _NFA.build. */
+static int32_t
+t_build(Thompson *t, Py_ssize_t at, int32_t src)
+{
+    if (t->status != OK)
+        return -1;
+    if (++t->depth > MAX_DEPTH) {
+        t->status = TOO_DEEP;
+        return -1;
+    }
+    int32_t dst = -1;
+    int32_t kind = ARG(0);
+    if (t->status != OK)
+        goto out;
+    switch (kind) {
+    case K_BYTES: {
+        int32_t n = ARG(1);
+        if ((dst = t_state(t)) < 0)
+            break;
+        for (int32_t i = 0; i < n && t->status == OK; i++) {
+            int32_t lo = ARG(2 + 2 * i), hi = ARG(3 + 2 * i);
+            if (t->status == OK && (lo < 0 || hi > 255 || lo > hi))
+                t->status = BAD_INPUT;
+            if (t->status == OK)
+                t_edge(t, src, lo, hi, dst);
+        }
+        break;
+    }
+    case K_CHARS: {
+        /* n_states, then per state: n_edges, (lo, hi, target or -1 = exit)... */
+        int32_t n_states = ARG(1);
+        if (t->status != OK || n_states < 1 || n_states > t->budget) {
+            t->status = BAD_INPUT;
+            break;
+        }
+        if ((dst = t_state(t)) < 0)
+            break;
+        int32_t base = t->n;  /* automaton state i > 0 is NFA state base + i - 1 */
+        for (int32_t i = 1; i < n_states; i++)
+            if (t_state(t) < 0)
+                goto out;
+        Py_ssize_t p = 2;
+        for (int32_t i = 0; i < n_states && t->status == OK; i++) {
+            int32_t n_edges = ARG(p), from = i == 0 ? src : base + i - 1;
+            p++;
+            for (int32_t e = 0; e < n_edges && t->status == OK; e++, p += 3) {
+                int32_t lo = ARG(p), hi = ARG(p + 1), tg = ARG(p + 2);
+                if (t->status == OK && (lo < 0 || hi > 255 || lo > hi || tg < -1 || tg >= n_states || tg == 0))
+                    t->status = BAD_INPUT;
+                if (t->status == OK)
+                    t_edge(t, from, lo, hi, tg < 0 ? dst : base + tg - 1);
+            }
+        }
+        break;
+    }
+    case K_SEQ: {
+        int32_t n = ARG(1);
+        dst = src;
+        for (int32_t i = 0; i < n && t->status == OK; i++)
+            dst = t_build(t, ARG(2 + i), dst);
+        break;
+    }
+    case K_ALT: {
+        int32_t n = ARG(1);
+        if ((dst = t_state(t)) < 0)
+            break;
+        for (int32_t i = 0; i < n && t->status == OK; i++) {
+            int32_t end = t_build(t, ARG(2 + i), src);
+            if (end >= 0)
+                t_eps(t, end, dst);
+        }
+        break;
+    }
+    case K_REPEAT: {
+        Py_ssize_t item = ARG(1);
+        int32_t lo = ARG(2), hi = ARG(3);  /* hi < 0: unbounded */
+        if (t->status != OK || lo < 0)
+            break;
+        if (hi >= 0 && hi < lo) {  /* matches nothing: an unreachable exit */
+            dst = t_state(t);
+            break;
+        }
+        for (int32_t i = 0; i < lo && src >= 0; i++)
+            src = t_build(t, item, src);
+        if (src < 0)
+            break;
+        if (hi < 0) {
+            int32_t head = t_state(t);
+            if (head < 0 || t_eps(t, src, head))
+                break;
+            int32_t end = t_build(t, item, head);
+            if (end < 0 || t_eps(t, end, head))
+                break;
+            dst = head;
+        } else if (hi == lo) {
+            dst = src;
+        } else {
+            int32_t out = t_state(t);
+            if (out < 0)
+                break;
+            for (int32_t i = 0; i < hi - lo && src >= 0; i++) {
+                if (t_eps(t, src, out))
+                    goto out;
+                src = t_build(t, item, src);
+            }
+            if (src < 0 || t_eps(t, src, out))
+                break;
+            dst = out;
+        }
+        break;
+    }
+    case K_AUTOMATON: {
+        /* n_states, start, n_accepting, accepting..., n_edges, (a, label node, b)... */
+        int32_t n_states = ARG(1), start = ARG(2), n_acc = ARG(3);
+        if (t->status != OK || n_states < 1 || n_states > t->budget || start < 0 || start >= n_states || n_acc < 0) {
+            t->status = BAD_INPUT;
+            break;
+        }
+        int32_t base = t->n;
+        for (int32_t i = 0; i < n_states; i++)
+            if (t_state(t) < 0)
+                goto out;
+        if (t_eps(t, src, base + start))
+            break;
+        int32_t n_edges = ARG(4 + n_acc);
+        for (int32_t e = 0; e < n_edges && t->status == OK; e++) {
+            Py_ssize_t q = 5 + n_acc + 3 * e;
+            int32_t a = ARG(q), label = ARG(q + 1), b = ARG(q + 2);
+            if (t->status == OK && (a < 0 || a >= n_states || b < 0 || b >= n_states))
+                t->status = BAD_INPUT;
+            if (t->status != OK)
+                break;
+            int32_t end = t_build(t, label, base + a);
+            if (end >= 0)
+                t_eps(t, end, base + b);
+        }
+        if (t->status != OK || (dst = t_state(t)) < 0)
+            break;
+        for (int32_t i = 0; i < n_acc && t->status == OK; i++) {
+            int32_t q = ARG(4 + i);
+            if (t->status == OK && (q < 0 || q >= n_states))
+                t->status = BAD_INPUT;
+            if (t->status == OK)
+                t_eps(t, base + q, dst);
+        }
+        break;
+    }
+    default:
+        t->status = BAD_INPUT;
+    }
+out:
+    t->depth--;
+    return t->status == OK ? dst : -1;
+}
+#undef ARG
+
+/* compressed rows of (from, ...) pairs: offsets per state (n + 1) */
+static int64_t *
+csr_offsets(const Vec *from, int32_t n)
+{
+    int64_t *off = calloc((size_t)n + 1, sizeof(int64_t));
+    if (!off)
+        return NULL;
+    for (size_t i = 0; i < from->n; i++)
+        off[from->v[i] + 1]++;
+    for (int32_t s = 0; s < n; s++)
+        off[s + 1] += off[s];
+    return off;
+}
+
+/* ------------------------------------------------------------------- entry point */
+
+static PyObject *
+compile_program(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer prog_b;
+    Py_ssize_t root;
+    int nfa_budget, max_states;
+    long long work_budget;
+    if (!PyArg_ParseTuple(args, "y*niiL", &prog_b, &root, &nfa_budget, &max_states, &work_budget))
+        return NULL;
+    PyObject *result = NULL;
+    if (prog_b.itemsize != 4 || prog_b.len % 4 || nfa_budget < 1) {
+        PyErr_SetString(PyExc_ValueError, "program: expected int32 items and a positive NFA budget");
+        PyBuffer_Release(&prog_b);
+        return NULL;
+    }
+    Thompson t;
+    memset(&t, 0, sizeof(t));
+    t.prog = prog_b.buf;
+    t.len = prog_b.len / 4;
+    t.budget = nfa_budget;
+    Build b;
+    memset(&b, 0, sizeof(b));
+    int64_t *eps_off = NULL, *edge_off = NULL;
+    int32_t *eps_tgt = NULL, *edges = NULL, class_of[256];
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    int32_t start = t_state(&t);
+    int32_t final = t_build(&t, root, start);
+    status = t.status;
+    if (status == OK) {
+        const int32_t n = t.n;
+        eps_off = csr_offsets(&t.eps_from, n);
+        edge_off = csr_offsets(&t.e_from, n);
+        eps_tgt = malloc(t.eps_from.n * sizeof(int32_t) + 4);
+        edges = malloc(t.e_from.n * 3 * sizeof(int32_t) + 4);
+        int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
+        if (!eps_off || !edge_off || !eps_tgt || !edges || !fill) {
+            status = NO_MEMORY;
+        } else {
+            memcpy(fill, eps_off, ((size_t)n + 1) * sizeof(int64_t));
+            for (size_t i = 0; i < t.eps_from.n; i++)
+                eps_tgt[fill[t.eps_from.v[i]]++] = t.eps_to.v[i];
+            memcpy(fill, edge_off, ((size_t)n + 1) * sizeof(int64_t));
+            for (size_t i = 0; i < t.e_from.n; i++) {
+                int64_t at = fill[t.e_from.v[i]]++;
+                edges[3 * at] = t.e_lo.v[i];
+                edges[3 * at + 1] = t.e_hi.v[i];
+                edges[3 * at + 2] = t.e_to.v[i];
+            }
+            /* byte classes: intervals that no edge distinguishes */
+            char cut[257] = {0};
+            for (size_t i = 0; i < t.e_from.n; i++) {
+                cut[t.e_lo.v[i]] = 1;
+                cut[t.e_hi.v[i] + 1] = 1;
+            }
+            int32_t c = -1;
+            for (int x = 0; x < 256; x++) {
+                if (x == 0 || cut[x])
+                    c++;
+                class_of[x] = c;
+            }
+            b.nfa = (Nfa){n, eps_off, eps_tgt, edge_off, edges, final, class_of, c + 1};
+            b.max_states = max_states;
+            b.work_budget = work_budget;
+            status = determinize(&b);
+            if (status == OK)
+                status = trim_minimize(&b);
+        }
+        free(fill);
+    }
+    Py_END_ALLOW_THREADS
+    if (status == NO_MEMORY) {
+        PyErr_NoMemory();
+    } else if (status == BAD_INPUT) {
+        PyErr_SetString(PyExc_ValueError, "malformed regex program");
+    } else if (status != OK) {
+        result = Py_BuildValue("(iOOiO)", status, Py_None, Py_None, 0, Py_None);
+    } else {
+        PyObject *tr = PyBytes_FromStringAndSize((const char *)b.trans.v, (Py_ssize_t)(b.trans.n * sizeof(int32_t)));
+        PyObject *acc = PyBytes_FromStringAndSize((const char *)b.accepting.v,
+                                                  (Py_ssize_t)(b.accepting.n * sizeof(int32_t)));
+        PyObject *cls = PyBytes_FromStringAndSize((const char *)class_of, sizeof(class_of));
+        if (tr && acc && cls)
+            result = Py_BuildValue("(iOOiO)", OK, tr, acc, b.n_dfa, cls);
+        Py_XDECREF(tr);
+        Py_XDECREF(acc);
+        Py_XDECREF(cls);
+    }
+    free(t.eps_from.v);
+    free(t.eps_to.v);
+    free(t.e_from.v);
+    free(t.e_lo.v);
+    free(t.e_hi.v);
+    free(t.e_to.v);
+    free(eps_off);
+    free(edge_off);
+    free(eps_tgt);
+    free(edges);
+    free(b.trans.v);
+    free(b.accepting.v);
+    PyBuffer_Release(&prog_b);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"compile_program", compile_program, METH_VARARGS,
+     "compile_program(program, root, nfa_budget, max_states, work_budget) -> (status, transitions,"
+     " accepting, n, class_of): the minimal trimmed DFA over byte classes (int32 rows, int32 flags and"
+     " the int32[256] byte -> class map, as bytes), numbered breadth-first; status 1: more than"
+     " max_states, 2: work budget exceeded, 5: more than nfa_budget NFA states, 6: nested too deeply"
+     " (then the other items are None)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_dfabuild", "Native DFA construction (see gramgen.automata.dfa).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__dfabuild(void)
+{
+    return PyModule_Create(&module);
+}
