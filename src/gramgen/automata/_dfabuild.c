@@ -619,7 +619,7 @@ done:
 
 /* The regex arrives as a flat program of int32 nodes (gramgen.automata.dfa._Program);
  * a node is referred to by its offset. Shared subtrees are encoded once. */
-enum { K_BYTES = 0, K_CHARS = 1, K_SEQ = 2, K_ALT = 3, K_REPEAT = 4, K_AUTOMATON = 5 };
+enum { K_BYTES = 0, K_CHARS = 1, K_SEQ = 2, K_ALT = 3, K_REPEAT = 4, K_AUTOMATON = 5, K_STRING = 6 };
 
 typedef struct {
     const int32_t *prog;
@@ -719,6 +719,21 @@ t_build(Thompson *t, Py_ssize_t at, int32_t src)
                 if (t->status == OK)
                     t_edge(t, from, lo, hi, tg < 0 ? dst : base + tg - 1);
             }
+        }
+        break;
+    }
+    case K_STRING: {
+        /* n, then n bytes: a chain of single-byte edges (a literal) */
+        int32_t n = ARG(1);
+        dst = src;
+        for (int32_t i = 0; i < n && t->status == OK; i++) {
+            int32_t byte = ARG(2 + i), next;
+            if (t->status == OK && (byte < 0 || byte > 255))
+                t->status = BAD_INPUT;
+            if (t->status != OK || (next = t_state(t)) < 0)
+                break;
+            t_edge(t, dst, byte, byte, next);
+            dst = next;
         }
         break;
     }
@@ -916,17 +931,33 @@ compile_program(PyObject *self, PyObject *args)
     } else if (status == BAD_INPUT) {
         PyErr_SetString(PyExc_ValueError, "malformed regex program");
     } else if (status != OK) {
-        result = Py_BuildValue("(iOOiO)", status, Py_None, Py_None, 0, Py_None);
+        result = Py_BuildValue("(iOOOi)", status, Py_None, Py_None, Py_None, 0);
     } else {
-        PyObject *tr = PyBytes_FromStringAndSize((const char *)b.trans.v, (Py_ssize_t)(b.trans.n * sizeof(int32_t)));
-        PyObject *acc = PyBytes_FromStringAndSize((const char *)b.accepting.v,
-                                                  (Py_ssize_t)(b.accepting.n * sizeof(int32_t)));
-        PyObject *cls = PyBytes_FromStringAndSize((const char *)class_of, sizeof(class_of));
-        if (tr && acc && cls)
-            result = Py_BuildValue("(iOOiO)", OK, tr, acc, b.n_dfa, cls);
+        /* the table over bytes (-1: no transition), the same with an explicit sink state
+         * n in place of -1 and a last row of sinks, and the accepting flags */
+        const int32_t n = b.n_dfa, k = b.nfa.n_classes;
+        PyObject *tr = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 256 * 4);
+        PyObject *sink = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)n + 1) * 256 * 4);
+        PyObject *acc = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+        if (tr && sink && acc) {
+            int32_t *out = (int32_t *)PyBytes_AS_STRING(tr), *out_sink = (int32_t *)PyBytes_AS_STRING(sink);
+            char *out_acc = PyBytes_AS_STRING(acc);
+            for (int32_t q = 0; q < n; q++) {
+                const int32_t *row = b.trans.v + (size_t)q * k;
+                for (int x = 0; x < 256; x++) {
+                    int32_t t2 = row[class_of[x]];
+                    out[(size_t)q * 256 + x] = t2;
+                    out_sink[(size_t)q * 256 + x] = t2 < 0 ? n : t2;
+                }
+                out_acc[q] = b.accepting.v[q] != 0;
+            }
+            for (int x = 0; x < 256; x++)
+                out_sink[(size_t)n * 256 + x] = n;
+            result = Py_BuildValue("(iOOOi)", OK, tr, sink, acc, n);
+        }
         Py_XDECREF(tr);
+        Py_XDECREF(sink);
         Py_XDECREF(acc);
-        Py_XDECREF(cls);
     }
     free(t.eps_from.v);
     free(t.eps_to.v);
@@ -947,8 +978,9 @@ compile_program(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"compile_program", compile_program, METH_VARARGS,
      "compile_program(program, root, nfa_budget, max_states, work_budget) -> (status, transitions,"
-     " accepting, n, class_of): the minimal trimmed DFA over byte classes (int32 rows, int32 flags and"
-     " the int32[256] byte -> class map, as bytes), numbered breadth-first; status 1: more than"
+     " sink_transitions, accepting, n): the minimal trimmed DFA, numbered breadth-first, as bytes:"
+     " int32 rows of 256 (-1: none), the same with a sink state n for -1 plus its row, and one byte"
+     " per state for acceptance; status 1: more than"
      " max_states, 2: work budget exceeded, 5: more than nfa_budget NFA states, 6: nested too deeply"
      " (then the other items are None)."},
     {NULL, NULL, 0, NULL},

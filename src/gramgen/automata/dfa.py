@@ -18,7 +18,7 @@ import functools
 import os
 import threading
 from array import array
-from itertools import accumulate, chain
+from itertools import chain
 from collections import OrderedDict, deque
 from typing import Iterable
 
@@ -82,20 +82,36 @@ class _Rows(dict):
         return f"<{len(self)} DFA rows>"
 
 
+class _FirstBytes(_Rows):
+    """State -> the bytes that keep the DFA alive from it, as an int bitmask (bit b set
+    iff ``transitions[state, b] >= 0``), made on first use like :class:`_Rows`."""
+
+    __slots__ = ()
+
+    def __missing__(self, state: int) -> int:
+        if not 0 <= state < len(self._table):
+            raise IndexError(f"no DFA state {state}")
+        bits = np.packbits(self._table[state] >= 0, bitorder="little")
+        mask = self[state] = int.from_bytes(bits.tobytes(), "little")
+        return mask
+
+
 class ByteDFA:
     """An immutable, trimmed, minimal DFA over bytes; state 0 is the start.
 
     ``transitions[s, b]`` is the next state or -1 (no viable continuation). ``rows[s]`` is
     the same row as a Python list (made on first use, see :class:`_Rows`) because scalar
-    stepping through lists is several times faster than indexing numpy arrays; treat it
-    as read-only.
+    stepping through lists is several times faster than indexing numpy arrays;
+    ``first_bytes[s]`` is the int bitmask of the bytes defined from ``s``. Treat both as
+    read-only.
     """
 
-    __slots__ = ("transitions", "accepting", "rows", "n_states")
+    __slots__ = ("transitions", "accepting", "rows", "first_bytes", "n_states", "_sink")
 
     transitions: np.ndarray
     accepting: np.ndarray
     rows: _Rows
+    first_bytes: _FirstBytes
     n_states: int
 
     def __init__(self, transitions: np.ndarray, accepting: np.ndarray):
@@ -105,10 +121,44 @@ class ByteDFA:
             raise ValueError("transitions and accepting disagree on the number of states")
         transitions.flags.writeable = False
         accepting.flags.writeable = False
-        object.__setattr__(self, "transitions", transitions)
-        object.__setattr__(self, "accepting", accepting)
-        object.__setattr__(self, "rows", _Rows(transitions))
-        object.__setattr__(self, "n_states", len(accepting))
+        self._init(transitions, accepting, None)
+
+    @classmethod
+    def _adopt(cls, transitions: np.ndarray, accepting: np.ndarray, sink) -> "ByteDFA":
+        """A DFA over arrays the caller hands over (read-only, int32 ``[n, 256]``, bool
+        ``[n]``), without the defensive copies; ``sink`` is :meth:`sink_table` if known."""
+        if transitions.flags.writeable or accepting.flags.writeable:
+            raise ValueError("adopted arrays must be read-only")
+        self = object.__new__(cls)
+        self._init(transitions, accepting, sink)
+        return self
+
+    def _init(self, transitions: np.ndarray, accepting: np.ndarray, sink) -> None:
+        set_ = object.__setattr__
+        set_(self, "transitions", transitions)
+        set_(self, "accepting", accepting)
+        set_(self, "rows", _Rows(transitions))
+        set_(self, "first_bytes", _FirstBytes(transitions))
+        set_(self, "n_states", len(accepting))
+        set_(self, "_sink", sink)
+
+    def sink_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The table with an explicit sink state (index ``n``, last) in place of -1, and
+        the accepting flags with the sink's (False): the form the vocabulary kernels
+        take. Made once per DFA (shared by every grammar that reuses it)."""
+        sink = self._sink
+        if sink is None:
+            n = self.n_states
+            table = np.empty((n + 1, 256), dtype=np.int32)
+            table[:n] = np.where(self.transitions < 0, n, self.transitions)
+            table[n] = n
+            acc = np.zeros(n + 1, dtype=bool)
+            acc[:n] = self.accepting
+            table.flags.writeable = False
+            acc.flags.writeable = False
+            sink = (table, acc)
+            object.__setattr__(self, "_sink", sink)
+        return sink
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("ByteDFA is immutable")
@@ -213,7 +263,7 @@ def _native_dfa(rx: Regex, budget: int, max_states: int) -> ByteDFA:
         root = program.node(rx)
     except RecursionError:
         raise CompileLimitError("regex is nested too deeply") from None
-    status, trans, accepting, n_states, class_of = _dfabuild.compile_program(
+    status, trans, sink, accepting, n_states = _dfabuild.compile_program(
         program.code, root, budget, max_states, _work_budget(max_states))
     if status == 1:
         raise CompileLimitError(f"regex DFA exceeds max_states={max_states}")
@@ -225,9 +275,13 @@ def _native_dfa(rx: Regex, budget: int, max_states: int) -> ByteDFA:
         raise CompileLimitError("regex is nested too deeply")
     if not n_states:
         return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
-    table = np.frombuffer(trans, dtype=np.int32).reshape(n_states, -1)
-    classes = np.frombuffer(class_of, dtype=np.int32).astype(np.intp)
-    return ByteDFA(table[:, classes], np.frombuffer(accepting, dtype=np.int32) != 0)
+    # read-only views of the bytes made in C: nothing is copied again
+    table = np.frombuffer(trans, dtype=np.int32).reshape(n_states, 256)
+    acc = np.frombuffer(accepting, dtype=bool)
+    sink_acc = np.zeros(n_states + 1, dtype=bool)
+    sink_acc[:n_states] = acc
+    sink_acc.flags.writeable = False
+    return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(n_states + 1, 256), sink_acc))
 
 
 class _Program:
@@ -236,23 +290,28 @@ class _Program:
     equal character class) is encoded once, so the program stays as small as the tree
     even where counted repeats make the NFA large."""
 
-    BYTES, CHARS, SEQ, ALT, REPEAT, AUTOMATON = range(6)
+    BYTES, CHARS, SEQ, ALT, REPEAT, AUTOMATON, STRING = range(7)
 
     def __init__(self):
         self.code = array("i")
         self._by_id: dict[int, int] = {}
-        self._chars: dict[object, int] = {}
+        self._leaves: dict[Regex, int] = {}
 
     def node(self, rx: Regex) -> int:
         at = self._by_id.get(id(rx))
         if at is not None:
             return at
-        if isinstance(rx, CharRanges):
-            at = self._char_class(rx.ranges)
-        elif isinstance(rx, ByteRanges):
-            ranges = [(max(lo, 0), min(hi, 255)) for lo, hi in normalize_ranges(rx.ranges)]
-            ranges = [r for r in ranges if r[0] <= r[1]]
-            at = self._emit([self.BYTES, len(ranges), *chain.from_iterable(ranges)])
+        if isinstance(rx, (CharRanges, ByteRanges)):
+            # leaves by value (their hash is memoized): equal classes are frequent
+            # distinct objects, one per character of every literal
+            try:
+                at = self._leaves.get(rx)
+                if at is None:
+                    at = self._leaves[rx] = self._leaf(rx)
+            except TypeError:  # ranges given as lists: not hashable
+                at = self._leaf(rx)
+        elif isinstance(rx, Seq) and (data := _literal_bytes(rx.items)) is not None:
+            at = self._emit([self.STRING, len(data), *data])
         elif isinstance(rx, (Seq, Alt)):
             kids = [self.node(item) for item in rx.items]
             at = self._emit([self.SEQ if isinstance(rx, Seq) else self.ALT, len(kids), *kids])
@@ -269,25 +328,49 @@ class _Program:
         self._by_id[id(rx)] = at
         return at
 
-    def _char_class(self, ranges) -> int:
-        try:
-            at = self._chars.get(ranges)
-        except TypeError:  # ranges given as lists: not hashable
-            at, ranges = None, tuple(map(tuple, ranges))
-        if at is None:
-            automaton = _char_automaton(ranges)
-            words = [self.CHARS, len(automaton)]
-            for edges in automaton:
-                words.append(len(edges))
-                for lo, hi, target in edges:
-                    words += (lo, hi, -1 if target == EXIT else target)
-            at = self._chars[ranges] = self._emit(words)
-        return at
+    def _leaf(self, rx: CharRanges | ByteRanges) -> int:
+        if isinstance(rx, ByteRanges):
+            ranges = [(max(lo, 0), min(hi, 255)) for lo, hi in normalize_ranges(rx.ranges)]
+            ranges = [r for r in ranges if r[0] <= r[1]]
+            return self._emit([self.BYTES, len(ranges), *chain.from_iterable(ranges)])
+        automaton = _char_automaton(rx.ranges)
+        words = [self.CHARS, len(automaton)]
+        for edges in automaton:
+            words.append(len(edges))
+            for lo, hi, target in edges:
+                words += (lo, hi, -1 if target == EXIT else target)
+        return self._emit(words)
 
     def _emit(self, words: list[int]) -> int:
         at = len(self.code)
         self.code.extend(words)
         return at
+
+
+def _literal_bytes(items) -> bytes | None:
+    """The UTF-8 bytes of a sequence of single characters / bytes (a literal: property
+    names, enum values), or None when some item is anything else."""
+    out = bytearray()
+    for it in items:
+        cls = it.__class__
+        if cls is CharRanges or cls is ByteRanges:
+            ranges = it.ranges
+            if len(ranges) != 1:
+                return None
+            lo, hi = ranges[0]
+            if lo != hi:
+                return None
+            if cls is ByteRanges:
+                if not 0 <= lo <= 255:
+                    return None
+                out.append(lo)
+            elif 0 <= lo <= 0x10FFFF and not 0xD800 <= lo <= 0xDFFF:
+                out += chr(lo).encode()
+            else:
+                return None
+        else:
+            return None
+    return bytes(out)
 
 
 def _work_budget(max_states: int) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 
 from ..errors import GrammarError
 from ..grammar.ir import GrammarIR, productive_symbols
@@ -166,10 +165,7 @@ class ParserTables:
         lex_nullable = [d.nullable for d in lex_dfas]
         self.nullable = self._nullable(N, lex_nullable)
         # bit b of lex_first_bytes[k][q] is set iff byte b keeps lexeme k alive from q
-        self.lex_first_bytes = [
-            [int.from_bytes(row.tobytes(), "little")
-             for row in np.packbits(d.transitions >= 0, axis=1, bitorder="little")] for d in lex_dfas
-        ]
+        self.lex_first_bytes = [d.first_bytes for d in lex_dfas]
         self._predictions: dict = {}
         self.follow_lexemes = self._follow_lexemes()
         self.follow_bytes = self._follow_bytes()

@@ -43,17 +43,6 @@ class LexemeTokens:
     n_exits: int
 
 
-def sink_table(transitions: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The DFA table with an explicit sink state (index n) in place of -1."""
-    n = transitions.shape[0]
-    table = np.empty((n + 1, 256), dtype=np.int32)
-    table[:n] = np.where(transitions < 0, n, transitions)
-    table[n] = n
-    acc = np.zeros(n + 1, dtype=bool)
-    acc[:n] = accepting
-    return table, acc
-
-
 #: a state with at least this many self-looping bytes first sets aside the tokens made
 #: only of those bytes (a cheap bit test per token) before running the DFA on the others
 SELF_LOOP_SHORTCUT = 16
@@ -74,7 +63,7 @@ SPARSE_SHARE = 0.25
 
 def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
                     follow: np.ndarray | None = None) -> LexemeTokens:
-    """``table``/``acc``: a DFA with its sink state last (:func:`sink_table`); ``follow``:
+    """``table``/``acc``: a DFA with its sink state last (``ByteDFA.sink_table()``); ``follow``:
     bool[256], the bytes that may come right after the lexeme ends (a token that ends the
     lexeme and continues with another byte is rejected outright)."""
     if NATIVE:
@@ -242,7 +231,7 @@ def _as_u8(flags: np.ndarray) -> np.ndarray:
 
 def first_ends(tt: TokenTable, dfas: list[tuple[np.ndarray, np.ndarray]], starts: list[int],
                ranks: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """Run several lexeme DFAs (sink tables, :func:`sink_table`) side by side from
+    """Run several lexeme DFAs (``ByteDFA.sink_table()``) side by side from
     ``starts`` over the bytes ``depth:`` of each token. Returns, per token, the first
     position whose byte takes one of them to an accepting state (-1: none before the token
     ends or all die) and int32[n, len(dfas)], the state of each before that byte (-1: dead

@@ -98,12 +98,32 @@ def _memoized_hash(generated):
     return __hash__
 
 
+def _hash_checked_eq(generated):
+    """Equality that first compares the (memoized) hashes: trees that differ usually
+    differ there, without a walk over both."""
+
+    def __eq__(self, other):
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        try:
+            if hash(self) != hash(other):
+                return False
+        except TypeError:  # ranges given as lists: compared field by field
+            pass
+        return generated(self, other)
+
+    return __eq__
+
+
 def _reduce(self):
     return (type(self), tuple(getattr(self, f) for f in self.__dataclass_fields__))
 
 
 for _cls in (CharRanges, ByteRanges, Seq, Alt, Repeat, Automaton):
     _cls.__hash__ = _memoized_hash(_cls.__hash__)
+    _cls.__eq__ = _hash_checked_eq(_cls.__eq__)
     _cls.__reduce__ = _reduce
 
 EMPTY = Seq(())

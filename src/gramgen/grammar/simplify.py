@@ -177,26 +177,56 @@ def _automaton_without_empty(rx: Automaton) -> Regex:
 
 def regex_size(rx: Regex) -> int:
     """Number of AST nodes, counting shared subtrees once per use (what compiling costs)."""
-    return _measure(rx, {})[0]
+    return _Sizes().measure(rx)[0]
 
 
-def _measure(rx: Regex, memo: dict[int, tuple[int, int]]) -> tuple[int, int]:
-    """(size, depth) of ``rx``; ``memo`` is keyed by node identity."""
-    key = id(rx)
-    if key not in memo:
-        if isinstance(rx, (Seq, Alt)):
-            parts = [_measure(i, memo) for i in rx.items]
-            memo[key] = (1 + sum(p[0] for p in parts), 1 + max((p[1] for p in parts), default=0))
-        elif isinstance(rx, Repeat):
-            size, depth = _measure(rx.item, memo)
-            memo[key] = (size + 1, depth + 1)
-        elif isinstance(rx, Automaton):
-            parts = [_measure(label, memo) for _, label, _ in rx.edges]
-            memo[key] = (1 + rx.n_states + sum(p[0] for p in parts),
-                         1 + max((p[1] for p in parts), default=0))
-        else:
-            memo[key] = (1, 1)
-    return memo[key]
+class _Sizes:
+    """(size, depth, expanded size) of regex nodes, memoized by node identity.
+
+    One instance serves every rule of a grammar: a rule's regex contains the regexes of
+    the rules it uses, so measuring each from scratch would walk them again and again.
+    The memo keeps each node alive, so an identity is never reused while it is cached.
+    """
+
+    def __init__(self):
+        self._memo: dict[int, tuple[Regex, int, int]] = {}
+        self._expanded: dict[int, tuple[Regex, int]] = {}
+
+    def measure(self, rx: Regex) -> tuple[int, int]:
+        """(size, depth) of ``rx``."""
+        got = self._memo.get(id(rx))
+        if got is None:
+            measure = self.measure
+            if isinstance(rx, (Seq, Alt)):
+                parts = [measure(i) for i in rx.items]
+                size, depth = 1 + sum(p[0] for p in parts), 1 + max((p[1] for p in parts), default=0)
+            elif isinstance(rx, Repeat):
+                size, depth = measure(rx.item)
+                size, depth = size + 1, depth + 1
+            elif isinstance(rx, Automaton):
+                parts = [measure(label) for _, label, _ in rx.edges]
+                size = 1 + rx.n_states + sum(p[0] for p in parts)
+                depth = 1 + max((p[1] for p in parts), default=0)
+            else:
+                size, depth = 1, 1
+            got = self._memo[id(rx)] = (rx, size, depth)
+        return got[1], got[2]
+
+    def expanded(self, rx: Regex) -> int:
+        """Automaton positions once counted repeats are unrolled (what the DFA will cost)."""
+        got = self._expanded.get(id(rx))
+        if got is None:
+            size = self.expanded
+            if isinstance(rx, (Seq, Alt)):
+                n = 1 + sum(size(i) for i in rx.items)
+            elif isinstance(rx, Repeat):
+                n = 1 + size(rx.item) * (rx.max if rx.max is not None else rx.min + 1)
+            elif isinstance(rx, Automaton):
+                n = rx.n_states + sum(size(label) for _, label, _ in rx.edges)
+            else:
+                n = 1
+            got = self._expanded[id(rx)] = (rx, n)
+        return got[1]
 
 
 # --------------------------------------------------------------------------------------
@@ -369,31 +399,13 @@ def _rule_regex(name: str, bodies: list[tuple[str, ...]], sym_rx) -> Regex | Non
 MAX_REGEX_DEPTH = 200
 
 
-def _too_big(rx: Regex, max_nodes: int, max_expanded: int | None = None) -> bool:
-    size, depth = _measure(rx, {})
+def _too_big(rx: Regex, max_nodes: int, max_expanded: int | None = None,
+             sizes: _Sizes | None = None) -> bool:
+    sizes = sizes or _Sizes()
+    size, depth = sizes.measure(rx)
     if size > max_nodes or depth > MAX_REGEX_DEPTH:
         return True
-    return max_expanded is not None and expanded_size(rx) > max_expanded
-
-
-def expanded_size(rx: Regex) -> int:
-    """Automaton positions once counted repeats are unrolled (what the DFA will cost)."""
-    memo: dict[int, int] = {}
-
-    def size(r: Regex) -> int:
-        key = id(r)
-        if key not in memo:
-            if isinstance(r, (Seq, Alt)):
-                memo[key] = 1 + sum(size(i) for i in r.items)
-            elif isinstance(r, Repeat):
-                memo[key] = 1 + size(r.item) * (r.max if r.max is not None else r.min + 1)
-            elif isinstance(r, Automaton):
-                memo[key] = r.n_states + sum(size(label) for _, label, _ in r.edges)
-            else:
-                memo[key] = 1
-        return memo[key]
-
-    return size(rx)
+    return max_expanded is not None and sizes.expanded(rx) > max_expanded
 
 
 def collapse_regular(ir: GrammarIR, max_regex_nodes: int = 5000,
@@ -413,6 +425,7 @@ def collapse_regular(ir: GrammarIR, max_regex_nodes: int = 5000,
     graph = {n: sorted({s for b in bs for s in b if s in bodies}) for n, bs in bodies.items()}
 
     regex_of: dict[str, Regex] = {}
+    sizes = _Sizes()
 
     def sym_rx(s: str) -> Regex:
         return ir.lexemes[s] if s in ir.lexemes else regex_of[s]
@@ -428,7 +441,7 @@ def collapse_regular(ir: GrammarIR, max_regex_nodes: int = 5000,
             continue  # undefined symbol: leave it for validate() to report
         try:
             rx = _rule_regex(name, bodies[name], sym_rx)
-            too_big = rx is None or _too_big(rx, max_regex_nodes, max_expanded)
+            too_big = rx is None or _too_big(rx, max_regex_nodes, max_expanded, sizes)
         except RecursionError:
             too_big = True
         if not too_big:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..automata.dfa import compile_regex
 from ..automata.earley import Interner, ParserTables
-from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, sink_table
+from ..automata.lexeme_tokens import LexemeTokens, classify_tokens
 from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..errors import GrammarError
@@ -48,7 +48,7 @@ class CompiledGrammar:
         self.eos_ids = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
         #: per lexeme: its DFA with an explicit sink state, and bool[256] of the bytes that
         #: may follow it (see ParserTables.follow_bytes); shared by classification and walks
-        self.sink_tables = [sink_table(d.transitions, d.accepting) for d in self.tables.lex_dfas]
+        self.sink_tables = [d.sink_table() for d in self.tables.lex_dfas]
         self.follow_masks = [np.unpackbits(np.frombuffer(f.to_bytes(32, "little"), dtype=np.uint8),
                                       bitorder="little").astype(bool)
                         for f in self.tables.follow_bytes]
