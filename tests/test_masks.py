@@ -332,3 +332,76 @@ def test_self_loop_shortcut_classifies_like_the_full_run(monkeypatch):
             assert (fast.inside == full.inside).all() and (fast.exits == full.exits).all()
             checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "phi3", "gpt2"])
+def test_neighbour_classification_equals_full(tokenizer):
+    """A lexeme state classified from a recently classified state of its lexeme (the
+    tokens no longer than the depth to which the two agree keep that state's classes, the
+    longer ones are walked, ``CompiledGrammar._classify_near``) must get exactly the
+    classes of a full classification, on every state reached along random walks through
+    bounded strings, and on every state in numbering order; the shortcut must be taken."""
+    vocab = vocabulary(tokenizer)
+    rng = random.Random(SEED)
+    used = 0
+    for g in (gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"), grammar("schema-long-strings")):
+        near = gramgen.compile(g, vocab, precompute=False)
+        full = gramgen.compile(g, vocab, precompute=False)
+        full.NEIGHBOR_SHARE = -1.0  # never
+        original = near._classify_near
+
+        def counted(*args):
+            nonlocal used
+            used += 1
+            return original(*args)
+
+        near._classify_near = counted
+        orders = []
+        for k, dfa in enumerate(near.tables.lex_dfas):
+            orders.append([(k, q) for q in range(dfa.n_states)])
+            for _ in range(3):  # forward walks, as a generation visits a string body
+                q, path = 0, []
+                for _ in range(80):
+                    path.append((k, q))
+                    nxt = [t for t in dfa.rows[q] if t >= 0]
+                    if not nxt:
+                        break
+                    q = rng.choice(nxt)
+                orders.append(path)
+        for path in orders:
+            for k, q in path:
+                a, b = near.lexeme_tokens(k, q), full.lexeme_tokens(k, q)
+                assert np.array_equal(a.inside, b.inside), (k, q)
+                assert np.array_equal(a.exits, b.exits) and a.n_exits == b.n_exits, (k, q)
+    assert used >= 50, used
+
+
+def test_agreement_depth_is_sound():
+    """``ByteDFA.agreement_depth``: no byte string of at most d bytes tells the two states
+    apart (brute force over every string of up to 2 bytes and random longer ones), the C
+    and numpy versions agree, and a state pair cut short by ``max_pairs`` answers less."""
+    from gramgen.automata import dfa as dfa_module
+
+    g = gramgen.Grammar.from_json_schema({"type": "object", "properties": {
+        "s": {"type": "string", "maxLength": 30}, "n": {"type": "integer", "minimum": 10, "maximum": 4000},
+        "p": {"type": "string", "pattern": "^(ab|a)*c{2,9}$"}}})
+    rng = random.Random(SEED)
+    probes = [bytes([a]) for a in range(256)] + [bytes([a, b]) for a in range(256) for b in range(256)]
+    probes += [bytes(rng.choice(b"ab0123456789c\"\\x") for _ in range(rng.randint(3, 40))) for _ in range(300)]
+    checked = 0
+    for rx in g.ir.lexemes.values():
+        d = dfa_module.compile_regex(rx)
+        table, acc = d.sink_table()
+        for _ in range(40):
+            q1, q2 = rng.randrange(d.n_states), rng.randrange(d.n_states)
+            depth = d.agreement_depth(q1, q2, 64)
+            assert depth == dfa_module._agreement_depth_numpy(table, acc, q1, q2, 64, 4096)
+            assert d.agreement_depth(q1, q2, 64, max_pairs=1) <= depth
+            for w in probes:
+                if len(w) > depth:
+                    continue
+                s1, s2 = d.run(w, q1), d.run(w, q2)
+                assert (s1 < 0) == (s2 < 0), (q1, q2, depth, w)
+                assert s1 < 0 or bool(d.accepting[s1]) == bool(d.accepting[s2]), (q1, q2, depth, w)
+            checked += 1
+    assert checked >= 80

@@ -975,7 +975,96 @@ compile_program(PyObject *self, PyObject *args)
     return result;
 }
 
+/* ------------------------------------------------------------- agreement depth */
+
+/* The largest d <= cap such that states q1 and q2 of a DFA (sink form: the sink is the
+ * last state, acc[sink] = 0) agree on every byte string of length <= d: both dead or both
+ * alive after it, and equally accepting when alive. Breadth-first over the pairs of states
+ * that strings of each length lead to; a pair of equal states agrees on everything. After
+ * max_pairs distinct pairs it stops and answers the depth verified so far. */
+static PyObject *
+agreement_depth(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer table_b, acc_b;
+    int q1, q2, cap, max_pairs;
+    if (!PyArg_ParseTuple(args, "y*y*iiii", &table_b, &acc_b, &q1, &q2, &cap, &max_pairs))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n_rows = table_b.len / (256 * 4);
+    if (table_b.itemsize != 4 || table_b.len % (256 * 4) || n_rows < 1 || acc_b.len != n_rows
+        || q1 < 0 || q2 < 0 || q1 >= n_rows - 1 || q2 >= n_rows - 1 || cap < 0 || max_pairs < 1) {
+        PyErr_SetString(PyExc_ValueError, "agreement_depth: inconsistent table, flags or states");
+        goto done;
+    }
+    const int32_t *T = table_b.buf;
+    const uint8_t *acc = acc_b.buf;
+    const int32_t sink = (int32_t)(n_rows - 1);
+    int depth = cap, status = OK;
+    Py_BEGIN_ALLOW_THREADS
+    SetTable seen;
+    Vec frontier = {0}, next = {0};
+    if (set_table_init(&seen) || vec_push(&frontier, q1) || vec_push(&frontier, q2)) {
+        status = NO_MEMORY;
+    } else if (q1 != q2) {
+        for (int level = 0; level < cap && frontier.n; level++) {
+            next.n = 0;
+            for (size_t i = 0; i < frontier.n && depth == cap; i += 2) {
+                const int32_t *ra = T + (size_t)frontier.v[i] * 256, *rb = T + (size_t)frontier.v[i + 1] * 256;
+                for (int x = 0; x < 256; x++) {
+                    int32_t a = ra[x], b = rb[x];
+                    if (a < 0 || b < 0 || a > sink || b > sink) {
+                        status = BAD_INPUT;
+                        depth = level;
+                        break;
+                    }
+                    if (a == b)
+                        continue;  /* both dead, or the same future */
+                    if (a == sink || b == sink || acc[a] != acc[b]) {
+                        depth = level;  /* a string of length level + 1 tells them apart */
+                        break;
+                    }
+                    int32_t pair[2] = {a, b};
+                    if (set_table_get(&seen, pair, 2) != -2)
+                        continue;
+                    if (set_table_put(&seen, pair, 2, 0) || vec_push(&next, a) || vec_push(&next, b)) {
+                        status = NO_MEMORY;
+                        depth = level;
+                        break;
+                    }
+                }
+            }
+            if (depth != cap)
+                break;
+            if (seen.start.n > (size_t)max_pairs) {
+                depth = level + 1;  /* verified up to here; stop exploring */
+                break;
+            }
+            Vec swap = frontier;
+            frontier = next;
+            next = swap;
+        }
+    }
+    set_table_free(&seen);
+    free(frontier.v);
+    free(next.v);
+    Py_END_ALLOW_THREADS
+    if (status == NO_MEMORY)
+        PyErr_NoMemory();
+    else if (status == BAD_INPUT)
+        PyErr_SetString(PyExc_ValueError, "agreement_depth: table holds a state out of range");
+    else
+        result = PyLong_FromLong(depth);
+done:
+    PyBuffer_Release(&table_b);
+    PyBuffer_Release(&acc_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"agreement_depth", agreement_depth, METH_VARARGS,
+     "agreement_depth(sink_table, acc, q1, q2, cap, max_pairs) -> the largest d <= cap such that q1 and"
+     " q2 agree (dead / alive and accepting) after every byte string of length <= d."},
     {"compile_program", compile_program, METH_VARARGS,
      "compile_program(program, root, nfa_budget, max_states, work_budget) -> (status, transitions,"
      " sink_transitions, accepting, n): the minimal trimmed DFA, numbered breadth-first, as bytes:"

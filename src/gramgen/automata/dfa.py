@@ -163,6 +163,24 @@ class ByteDFA:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("ByteDFA is immutable")
 
+    def agreement_depth(self, q1: int, q2: int, cap: int, max_pairs: int = 4096) -> int:
+        """The largest ``d <= cap`` such that ``q1`` and ``q2`` agree on every byte string
+        of at most ``d`` bytes (both dead after it, or both alive and equally accepting).
+
+        Two such states classify every token of at most ``d`` bytes alike, so the
+        classification of one serves the other for those (the states of a counted
+        repeat differ only in how much is left, far beyond most tokens). Pairs of states
+        are explored breadth-first; after ``max_pairs`` of them the depth verified so far
+        is the answer (smaller is always sound).
+        """
+        for q in (q1, q2):
+            if not 0 <= q < self.n_states:
+                raise ValueError(f"no DFA state {q}")
+        table, acc = self.sink_table()
+        if _dfabuild is not None and NATIVE:
+            return _dfabuild.agreement_depth(table, acc, int(q1), int(q2), int(cap), int(max_pairs))
+        return _agreement_depth_numpy(table, acc, q1, q2, cap, max_pairs)
+
     def __reduce__(self):
         return (ByteDFA, (self.transitions, self.accepting))
 
@@ -282,6 +300,34 @@ def _native_dfa(rx: Regex, budget: int, max_states: int) -> ByteDFA:
     sink_acc[:n_states] = acc
     sink_acc.flags.writeable = False
     return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(n_states + 1, 256), sink_acc))
+
+
+def _agreement_depth_numpy(table: np.ndarray, acc: np.ndarray, q1: int, q2: int, cap: int,
+                           max_pairs: int) -> int:
+    """:meth:`ByteDFA.agreement_depth` without the C extension (the same answer)."""
+    if q1 == q2:
+        return cap
+    sink = len(table) - 1
+    frontier = [(q1, q2)]
+    seen: set[tuple[int, int]] = set()
+    for level in range(cap):
+        nxt = []
+        for a, b in frontier:
+            ra, rb = table[a], table[b]
+            differ = ra != rb
+            ra, rb = ra[differ], rb[differ]
+            if (ra == sink).any() or (rb == sink).any() or (acc[ra] != acc[rb]).any():
+                return level
+            for pair in zip(ra.tolist(), rb.tolist()):
+                if pair not in seen:
+                    seen.add(pair)
+                    nxt.append(pair)
+        if not nxt:
+            return cap
+        if len(seen) > max_pairs:
+            return level + 1
+        frontier = nxt
+    return cap
 
 
 class _Program:

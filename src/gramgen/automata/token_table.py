@@ -18,6 +18,8 @@ import threading
 
 import numpy as np
 
+from ..runtime.bitmask import pack
+
 
 class TokenTable:
     """Byte-sorted and length-sorted views of a vocabulary's non-empty tokens."""
@@ -70,6 +72,23 @@ class TokenTable:
         self.lcp = lcp
         self._made_of: dict[bytes, np.ndarray] = {}
         self._by_bytes: dict[bytes, int] | None = None
+        #: ``n_longer[d]``: how many tokens are longer than ``d`` bytes
+        self.n_longer = (len(ids) - np.cumsum(np.bincount(lengths, minlength=self.max_len + 1))).astype(np.int64)
+        self._longer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def longer_than(self, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ranks of the tokens longer than ``depth`` bytes (ascending), and packed masks
+        of the others (the tokens of at most ``depth`` bytes) by token id and by rank."""
+        found = self._longer.get(depth)
+        if found is None:
+            long = self.lengths > depth
+            short_ids = np.zeros(self.vocab_size, dtype=bool)
+            short_ids[self.rank_to_id[~long]] = True
+            found = (np.flatnonzero(long), pack(short_ids), pack(~long))
+            if len(self._longer) > 512:
+                self._longer = {}  # a reader holding the old dict still reads correct values
+            self._longer[depth] = found
+        return found
 
     def made_only_of(self, allowed: np.ndarray) -> np.ndarray:
         """bool per rank: whether the token's bytes all lie in ``allowed`` (bool[256]).

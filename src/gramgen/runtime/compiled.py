@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import numpy as np
 
 from ..automata.dfa import compile_regex
 from ..automata.earley import Interner, ParserTables
-from ..automata.lexeme_tokens import LexemeTokens, classify_tokens
+from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, run_suffixes
 from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..errors import GrammarError
 from ..grammar.grammar import Grammar
 from . import bitmask
+from .bitmask import set_bits
 
 
 class CompiledGrammar:
@@ -29,6 +30,12 @@ class CompiledGrammar:
     #: when the lexemes have at most this many DFA states in all (JSON has 56): one pass over
     #: the vocabulary each, paid once instead of on the first masks of a generation
     AUTO_PRECOMPUTE_STATES = 64
+
+    #: a lexeme state reuses the classification of a recent state of its lexeme (one of
+    #: the last NEIGHBORS classified) when at most this share of the tokens is longer than
+    #: the depth to which the two agree; only those are walked (see :meth:`_classify`)
+    NEIGHBOR_SHARE = 0.1
+    NEIGHBORS = 4
 
     def __init__(self, grammar: Grammar, vocab, *, max_dfa_states: int = 10_000,
                  mask_cache_size: int = 4096, precompute: bool | None = None):
@@ -54,6 +61,7 @@ class CompiledGrammar:
                         for f in self.tables.follow_bytes]
         self.lexer = LexerAutomaton(self.tables)
         self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
+        self._recent: dict[int, deque] = {}  # lexeme -> its states classified last
         self._mask_cache: OrderedDict = OrderedDict()
         self._exit_cache: OrderedDict = OrderedDict()
         self._mask_cache_size = mask_cache_size
@@ -81,13 +89,55 @@ class CompiledGrammar:
         key = (lexeme, state)
         found = self._lexeme_tokens.get(key)
         if found is None:
-            table, acc = self.sink_tables[lexeme]
-            found = classify_tokens(self.token_table, table, acc, state, self.follow_masks[lexeme])
-            if found.n_exits:
-                found = self._drop_hopeless_exits(found, lexeme, state)
+            found = self._classify(lexeme, state)
             with self._lock:
-                self._lexeme_tokens.setdefault(key, found)
+                found = self._lexeme_tokens.setdefault(key, found)
+                recent = self._recent.get(lexeme)
+                if recent is None:
+                    recent = self._recent[lexeme] = deque(maxlen=self.NEIGHBORS)
+                recent.appendleft(state)
         return found
+
+    def _classify(self, lexeme: int, state: int) -> LexemeTokens:
+        """The vocabulary classified from one lexeme state: from a recently classified
+        state of the same lexeme that agrees with it on every string as long as most
+        tokens (see ``ByteDFA.agreement_depth``), only the longer tokens are walked;
+        otherwise the whole vocabulary is."""
+        tt = self.token_table
+        table, acc = self.sink_tables[lexeme]
+        follow = self.follow_masks[lexeme]
+        dfa = self.tables.lex_dfas[lexeme]
+        depth, near = -1, None
+        for q in tuple(self._recent.get(lexeme, ())):
+            d = dfa.agreement_depth(q, state, tt.max_len)
+            if d > depth:
+                depth, near = d, q
+        if near is not None and tt.n_longer[min(depth, tt.max_len)] <= self.NEIGHBOR_SHARE * len(tt.sorted_bytes):
+            return self._classify_near(lexeme, state, self._lexeme_tokens[(lexeme, near)], depth)
+        found = classify_tokens(tt, table, acc, state, follow)
+        if found.n_exits:
+            found = self._drop_hopeless_exits(found, lexeme, state)
+        return found
+
+    def _classify_near(self, lexeme: int, state: int, near: LexemeTokens, depth: int) -> LexemeTokens:
+        """``near`` classified a state that agrees with ``state`` on all strings of at most
+        ``depth`` bytes: it stands for the tokens that short; the others are walked."""
+        tt = self.token_table
+        long, short_ids, short_ranks = tt.longer_than(depth)
+        if not long.size:
+            return near
+        table, acc = self.sink_tables[lexeme]
+        alive_end, may_end = run_suffixes(tt, table, acc, self.follow_masks[lexeme], state, long, 0)
+        inside = near.inside & short_ids
+        set_bits(inside, tt.rank_to_id[long[alive_end]])
+        exiting = long[may_end & ~alive_end]
+        exits = np.zeros_like(short_ranks)
+        if exiting.size:
+            set_bits(exits, exiting)
+            walked = self._drop_hopeless_exits(LexemeTokens(inside, exits, int(exiting.size)), lexeme, state)
+            exits = walked.exits
+        exits |= near.exits & short_ranks
+        return LexemeTokens(inside=inside, exits=exits, n_exits=bitmask.count(exits))
 
     def _drop_hopeless_exits(self, found: LexemeTokens, lexeme: int, state: int) -> LexemeTokens:
         """Exit tokens whose rest cannot be cut into lexemes that may follow one another
