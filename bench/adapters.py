@@ -605,9 +605,9 @@ class GramgenAdapter(Adapter):
     #: timed compile and first mask, as for the peers' native modules
     modules = ("gramgen", "gramgen.grammar.json_schema", "gramgen.grammar.lark", "gramgen.grammar.gbnf",
                "gramgen.grammar.regex", "gramgen.runtime.matcher")
-    json_schema_policy = ('gramgen.Grammar.from_json_schema(schema, whitespace="flexible") + '
-                          "gramgen.compile: flexible (bounded) whitespace, properties in "
-                          "declaration order")
+    json_schema_policy = ('gramgen.Grammar.from_json_schema(schema, whitespace="flexible", '
+                          'lenient_formats=True) + gramgen.compile: flexible (bounded) whitespace, '
+                          "properties in declaration order, unknown formats as annotations (as the peers)")
 
     def version(self) -> str:
         import gramgen
@@ -647,7 +647,8 @@ class GramgenAdapter(Adapter):
             elif choice.kind == "gbnf":
                 g = gramgen.Grammar.from_gbnf(choice.source, start=choice.start)
             elif choice.kind == "jsonschema":
-                g = gramgen.Grammar.from_json_schema(json.loads(choice.source), whitespace="flexible")
+                g = gramgen.Grammar.from_json_schema(json.loads(choice.source), whitespace="flexible",
+                                                    lenient_formats=True)
             else:
                 raise NotApplicable(choice.kind)
             return gramgen.compile(g, self.vocab)

@@ -290,11 +290,12 @@ FORMAT_CANDIDATES = ["", "$ABC", "$abc", "123e4567-e89b-12d3-a456-426614174000",
 @pytest.mark.parametrize("index", range(len(FORMAT_NEGATIONS)))
 def test_negated_formats_agree_with_jsonschema(index):
     """``not`` / ``oneOf`` over formats: a format whose grammar is the whole format negates
-    to its complement; an unknown format never fails, so its negation is false. Checked
-    with jsonschema's format checker (formats asserted, as gramgen does)."""
+    to its complement; an unknown format (taken as an annotation under lenient_formats)
+    never fails, so its negation is false. Checked with jsonschema's format checker
+    (formats asserted, as gramgen does)."""
     jsonschema = pytest.importorskip("jsonschema")
     schema = FORMAT_NEGATIONS[index]
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, lenient_formats=True), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     for value in FORMAT_CANDIDATES:
         assert accepts(cg, compact(value)) == validator.is_valid(value), (schema, value)
@@ -370,7 +371,7 @@ def test_enum_values_meet_negated_array_and_object_keywords(schema):
 def test_subset_formats_hold_only_valid_values():
     """``regex``, ``uri-template``, ``iri``, ``idn-*`` compile to subsets: every string a
     random walk of the ``regex`` automaton reaches compiles in Python's ``re``; a few
-    templates; unknown formats are annotations, listed in the grammar's meta."""
+    templates."""
     from gramgen.grammar.json_schema import strings
 
     dfa = cpdfa.from_regex(strings.format_regex("regex"))
@@ -395,8 +396,26 @@ def test_subset_formats_hold_only_valid_values():
         assert accepts(cg, compact(text)) == ok, text
     for fmt in ("iri", "iri-reference", "idn-email", "idn-hostname"):
         gramgen.Grammar.from_json_schema({"type": "string", "format": fmt})
-    g = gramgen.Grammar.from_json_schema({"properties": {"a": {"type": "string", "format": "html-selector"}}})
-    assert g.ir.meta["unknown_formats"] == ["/properties/a/format: html-selector"]
+
+
+@pytest.mark.parametrize("schema, pointer", [
+    ({"properties": {"a": {"type": "string", "format": "html-selector"}}}, "/properties/a/format"),
+    ({"items": {"not": {"format": "int32"}}}, "/items/not/format"),
+    ({"oneOf": [{"type": "integer"}, {"format": "x-unknown"}]}, "/oneOf/1/format"),
+])
+def test_unknown_formats_raise_unless_lenient(schema, pointer):
+    """A ``format`` gramgen has no grammar for is a SchemaError naming it and its pointer
+    (also under ``not`` / ``oneOf``); with ``lenient_formats=True`` (or ``lenient``) it is
+    an annotation, any string, listed in the grammar's meta."""
+    with pytest.raises(gramgen.SchemaError) as info:
+        gramgen.Grammar.from_json_schema(schema)
+    assert "format" in str(info.value) and pointer in str(info.value) and "lenient_formats" in str(info.value)
+    for options in ({"lenient_formats": True}, {"lenient": True}):
+        g = gramgen.Grammar.from_json_schema(schema, **options)
+        assert pointer in [m.split(":")[0] for m in g.ir.meta["unknown_formats"]]
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(
+        {"type": "string", "format": "html-selector", "maxLength": 3}, lenient_formats=True), BYTE_VOCAB)
+    assert accepts(cg, compact("a b")) and not accepts(cg, compact("abcd"))
 
 
 def test_required_name_meets_every_parts_additional_properties():

@@ -197,6 +197,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
     model = load_model(args.model, device=args.device)
     if args.grammar:
         constraint: dict[str, Any] = {"grammar": Grammar.from_file(args.grammar)}
+    elif args.lenient_formats:
+        constraint = {"grammar": Grammar.from_json_schema(schema, whitespace=args.whitespace, lenient_formats=True)}
     else:
         constraint = {"schema": schema, "whitespace": args.whitespace}
     options = dict(max_new_tokens=args.max_new_tokens, chat=not args.no_chat, **constraint)
@@ -275,7 +277,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.grammar:
         grammar = Grammar.from_file(args.grammar)
     else:
-        grammar = Grammar.from_json_schema(schema, whitespace=args.whitespace)
+        grammar = Grammar.from_json_schema(schema, whitespace=args.whitespace, lenient_formats=args.lenient_formats)
     compiled = compile_grammar(grammar, _byte_vocabulary())
     total = both = grammar_ok = schema_ok = 0
     for path in args.data:
@@ -359,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--field", default="text", help="the text column of .jsonl inputs")
     ex.add_argument("--id-field", default="id", help="the id column of .jsonl inputs")
     ex.add_argument("--whitespace", choices=["compact", "flexible"], default="compact")
+    ex.add_argument("--lenient-formats", action="store_true",
+                    help="take unknown `format` values (int32, ...) as annotations instead of an error")
     ex.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     ex.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
     ex.set_defaults(run=cmd_extract)
@@ -369,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--grammar", help="check with this .lark/.gbnf file instead of the schema's grammar")
     ck.add_argument("--field", help="check this field of each record instead of the record")
     ck.add_argument("--whitespace", choices=["compact", "flexible"], default="compact")
+    ck.add_argument("--lenient-formats", action="store_true",
+                    help="take unknown `format` values (int32, ...) as annotations instead of an error")
     ck.add_argument("-q", "--quiet", action="store_true", help="print only the records that fail")
     ck.set_defaults(run=cmd_check)
 

@@ -102,8 +102,8 @@ class SchemaCompiler:
         self.any_order = property_order == "any"
         self.max_lexeme_nodes = max_lexeme_nodes
         self.relaxed: list[str] = []
-        #: pointers of ``format`` values that are no standard format: annotations, as the
-        #: specification says (any string), listed in ``Grammar.ir.meta["unknown_formats"]``
+        #: pointers of ``format`` values that are no format gramgen knows, taken as
+        #: annotations (any string) under ``lenient_formats``: ``Grammar.ir.meta["unknown_formats"]``
         self.unknown_formats: dict[str, str] = {}
         self.rules: list[Rule] = []
         self.lexemes: dict[str, Regex] = {}
@@ -144,6 +144,17 @@ class SchemaCompiler:
             return
         raise SchemaError(f"unsupported: {keyword} at {where or '/'}: {why} (pass lenient=True to relax it)",
                           where)
+
+    def unknown_format(self, fmt: str, node: Any) -> None:
+        """A ``format`` that is no format gramgen knows (``int32``, ``html-selector``):
+        a SchemaError naming it, unless the caller passed ``lenient_formats=True`` (or
+        ``lenient=True``); then it is an annotation, as the specification allows (any
+        string), listed in ``Grammar.ir.meta["unknown_formats"]``."""
+        where = self.resolver.pointer(node) + "/format"
+        if not (self.lenient_formats or self.lenient):
+            raise SchemaError(f"unknown format {fmt!r}: gramgen has no grammar for it "
+                              "(lenient_formats=True takes unknown formats as annotations: any string)", where)
+        self.unknown_formats[where] = fmt
 
     # -------------------------------------------------------------- whitespace & punctuation
 
@@ -578,7 +589,8 @@ class SchemaCompiler:
             if v in EXACT_FORMATS:
                 return [{"type": "string", "__not_format__": [v]}]
             if strings.format_regex(v) is None and v not in STRING_FORMATS_WE_REJECT:
-                return []  # an unknown format is an annotation: it never fails
+                self.unknown_format(v, schema)
+                return []  # an unknown format taken as an annotation never fails
             raise _NotExpressible(f"`format: {v}` cannot be negated (its grammar is a subset of the format)")
         if kw == "__not_format__":
             return [{"type": "string", "format": f} for f in v]
@@ -891,7 +903,7 @@ class SchemaCompiler:
                 self.unsupported("format", node, f"format {fmt!r} has no exact grammar here "
                                  "(lenient_formats=True accepts any string)")
             elif fmt not in STRING_FORMATS_WE_REJECT:
-                self.unknown_formats[self.resolver.pointer(node) + "/format"] = fmt
+                self.unknown_format(fmt, node)
         negated = node.get("__not_pattern__", []) + node.get("__not_format__", [])
         excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, str)]
         if not constraints and not negated and not excluded:
