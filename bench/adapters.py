@@ -642,6 +642,14 @@ class GramgenAdapter(Adapter):
         import gramgen
 
         try:
+            # every compile is cold, as xgrammar's (cache_enabled=False): equal lexemes
+            # share a DFA within one compile but not across repetitions or cases
+            from gramgen.automata.dfa import clear_cache
+
+            clear_cache()
+        except ImportError:
+            pass
+        try:
             if choice.kind == "lark":
                 g = gramgen.Grammar.from_lark(choice.source, start=choice.start)
             elif choice.kind == "gbnf":

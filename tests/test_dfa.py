@@ -318,6 +318,11 @@ def test_equal_regexes_share_one_dfa_within_a_byte_budget(monkeypatch):
         assert dfa_module._cache_bytes <= dfa_module.DFA_CACHE_BYTES
         assert dfa_module._cache_bytes == sum(d.transitions.nbytes for d in dfa_module._cache.values())
     assert compile_regex(rx) is not first  # evicted by the later ones
+    kept = compile_regex(rx)
+    assert compile_regex(rx) is kept
+    dfa_module.clear_cache()
+    assert dfa_module._cache_bytes == 0 and not dfa_module._cache
+    assert compile_regex(rx) is not kept
 
 
 # ------------------------------------------------------- native builder == Python

@@ -336,29 +336,34 @@ def test_self_loop_shortcut_classifies_like_the_full_run(monkeypatch):
 
 @pytest.mark.parametrize("tokenizer", ["llama3", "phi3", "gpt2"])
 def test_neighbour_classification_equals_full(tokenizer):
-    """A lexeme state classified from a recently classified state of its lexeme (the
-    tokens no longer than the depth to which the two agree keep that state's classes, the
-    longer ones are walked, ``CompiledGrammar._classify_near``) must get exactly the
-    classes of a full classification, on every state reached along random walks through
-    bounded strings, and on every state in numbering order; the shortcut must be taken."""
+    """A lexeme state classified from a recently classified state of its own lexeme, or
+    of another lexeme with the same followers (the tokens no longer than the depth to
+    which the two agree keep that state's classes, the longer ones are walked,
+    ``CompiledGrammar._classify_near``), must get exactly the classes of a full
+    classification: on every state reached along random forward walks through each
+    lexeme (one lexeme after another, and all of them in turn, as a generation
+    interleaves them) and on every state in numbering order. Both reuses must happen."""
     vocab = vocabulary(tokenizer)
     rng = random.Random(SEED)
-    used = 0
-    for g in (gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"), grammar("schema-long-strings")):
+    used = {"same": 0, "other": 0}
+    schemas = [gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"), grammar("schema-long-strings"),
+               gramgen.Grammar.from_json_schema({"type": "array", "items": {"type": "object", "properties": {
+                   "x": {"type": "string", "maxLength": 30}, "y": {"type": "string", "maxLength": 40}}}},
+                   whitespace="flexible")]
+    for g in schemas:
         near = gramgen.compile(g, vocab, precompute=False)
         full = gramgen.compile(g, vocab, precompute=False)
         full.NEIGHBOR_SHARE = -1.0  # never
         original = near._classify_near
 
-        def counted(*args):
-            nonlocal used
-            used += 1
-            return original(*args)
+        def counted(lexeme, state, tokens, depth, near=near, original=original):
+            source = next(k for k, lt in near._lexeme_tokens.items() if lt is tokens)
+            used["same" if source[0] == lexeme else "other"] += 1
+            return original(lexeme, state, tokens, depth)
 
         near._classify_near = counted
-        orders = []
+        walks = []
         for k, dfa in enumerate(near.tables.lex_dfas):
-            orders.append([(k, q) for q in range(dfa.n_states)])
             for _ in range(3):  # forward walks, as a generation visits a string body
                 q, path = 0, []
                 for _ in range(80):
@@ -367,13 +372,14 @@ def test_neighbour_classification_equals_full(tokenizer):
                     if not nxt:
                         break
                     q = rng.choice(nxt)
-                orders.append(path)
-        for path in orders:
-            for k, q in path:
-                a, b = near.lexeme_tokens(k, q), full.lexeme_tokens(k, q)
-                assert np.array_equal(a.inside, b.inside), (k, q)
-                assert np.array_equal(a.exits, b.exits) and a.n_exits == b.n_exits, (k, q)
-    assert used >= 50, used
+                walks.append(path)
+        interleaved = [w[i] for i in range(80) for w in walks if i < len(w)]
+        in_order = [(k, q) for k, dfa in enumerate(near.tables.lex_dfas) for q in range(dfa.n_states)]
+        for k, q in interleaved + [kq for w in walks for kq in w] + in_order:
+            a, b = near.lexeme_tokens(k, q), full.lexeme_tokens(k, q)
+            assert np.array_equal(a.inside, b.inside), (k, q)
+            assert np.array_equal(a.exits, b.exits) and a.n_exits == b.n_exits, (k, q)
+    assert used["same"] >= 50 and used["other"] >= 1, used
 
 
 def test_agreement_depth_is_sound():
@@ -395,13 +401,27 @@ def test_agreement_depth_is_sound():
         for _ in range(40):
             q1, q2 = rng.randrange(d.n_states), rng.randrange(d.n_states)
             depth = d.agreement_depth(q1, q2, 64)
-            assert depth == dfa_module._agreement_depth_numpy(table, acc, q1, q2, 64, 4096)
+            assert depth == dfa_module._agreement_depth_numpy(table, acc, q1, table, acc, q2, 64, 4096)
             assert d.agreement_depth(q1, q2, 64, max_pairs=1) <= depth
-            for w in probes:
-                if len(w) > depth:
-                    continue
-                s1, s2 = d.run(w, q1), d.run(w, q2)
-                assert (s1 < 0) == (s2 < 0), (q1, q2, depth, w)
-                assert s1 < 0 or bool(d.accepting[s1]) == bool(d.accepting[s2]), (q1, q2, depth, w)
+            _same_on_probes(d, q1, d, q2, depth, probes)
             checked += 1
-    assert checked >= 80
+    # states of two different lexemes' DFAs (string bodies agree until the string ends)
+    dfas = [dfa_module.compile_regex(rx) for rx in g.ir.lexemes.values()]
+    for _ in range(300):
+        d1, d2 = rng.choice(dfas), rng.choice(dfas)
+        q1, q2 = rng.randrange(d1.n_states), rng.randrange(d2.n_states)
+        depth = d1.agreement_depth(q1, q2, 64, other=d2)
+        (t1, a1), (t2, a2) = d1.sink_table(), d2.sink_table()
+        assert depth == dfa_module._agreement_depth_numpy(t1, a1, q1, t2, a2, q2, 64, 4096)
+        _same_on_probes(d1, q1, d2, q2, depth, probes)
+        checked += depth > 0
+    assert checked >= 100
+
+
+def _same_on_probes(d1, q1, d2, q2, depth, probes):
+    for w in probes:
+        if len(w) > depth:
+            continue
+        s1, s2 = d1.run(w, q1), d2.run(w, q2)
+        assert (s1 < 0) == (s2 < 0), (q1, q2, depth, w)
+        assert s1 < 0 or bool(d1.accepting[s1]) == bool(d2.accepting[s2]), (q1, q2, depth, w)

@@ -977,50 +977,55 @@ compile_program(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------- agreement depth */
 
-/* The largest d <= cap such that states q1 and q2 of a DFA (sink form: the sink is the
- * last state, acc[sink] = 0) agree on every byte string of length <= d: both dead or both
- * alive after it, and equally accepting when alive. Breadth-first over the pairs of states
- * that strings of each length lead to; a pair of equal states agrees on everything. After
- * max_pairs distinct pairs it stops and answers the depth verified so far. */
+/* The largest d <= cap such that state q1 of one DFA and state q2 of another (or the
+ * same) agree on every byte string of length <= d: both dead or both alive after it, and
+ * equally accepting when alive. The DFAs come in sink form (the sink is the last state,
+ * never accepting). Breadth-first over the pairs of states that strings of each length
+ * lead to; within one DFA a pair of equal states agrees on everything. After max_pairs
+ * distinct pairs it stops and answers the depth verified so far. */
 static PyObject *
 agreement_depth(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer table_b, acc_b;
+    Py_buffer t1_b, a1_b, t2_b, a2_b;
     int q1, q2, cap, max_pairs;
-    if (!PyArg_ParseTuple(args, "y*y*iiii", &table_b, &acc_b, &q1, &q2, &cap, &max_pairs))
+    if (!PyArg_ParseTuple(args, "y*y*iy*y*iii", &t1_b, &a1_b, &q1, &t2_b, &a2_b, &q2, &cap, &max_pairs))
         return NULL;
     PyObject *result = NULL;
-    const Py_ssize_t n_rows = table_b.len / (256 * 4);
-    if (table_b.itemsize != 4 || table_b.len % (256 * 4) || n_rows < 1 || acc_b.len != n_rows
-        || q1 < 0 || q2 < 0 || q1 >= n_rows - 1 || q2 >= n_rows - 1 || cap < 0 || max_pairs < 1) {
-        PyErr_SetString(PyExc_ValueError, "agreement_depth: inconsistent table, flags or states");
+    const Py_ssize_t n1 = t1_b.len / (256 * 4), n2 = t2_b.len / (256 * 4);
+    if (t1_b.itemsize != 4 || t1_b.len % (256 * 4) || n1 < 1 || a1_b.len != n1
+        || t2_b.itemsize != 4 || t2_b.len % (256 * 4) || n2 < 1 || a2_b.len != n2
+        || q1 < 0 || q2 < 0 || q1 >= n1 - 1 || q2 >= n2 - 1 || cap < 0 || max_pairs < 1) {
+        PyErr_SetString(PyExc_ValueError, "agreement_depth: inconsistent tables, flags or states");
         goto done;
     }
-    const int32_t *T = table_b.buf;
-    const uint8_t *acc = acc_b.buf;
-    const int32_t sink = (int32_t)(n_rows - 1);
+    const int32_t *T1 = t1_b.buf, *T2 = t2_b.buf;
+    const uint8_t *A1 = a1_b.buf, *A2 = a2_b.buf;
+    const int32_t sink1 = (int32_t)(n1 - 1), sink2 = (int32_t)(n2 - 1);
+    const int same = T1 == T2 && n1 == n2 && A1 == A2;
     int depth = cap, status = OK;
     Py_BEGIN_ALLOW_THREADS
     SetTable seen;
     Vec frontier = {0}, next = {0};
     if (set_table_init(&seen) || vec_push(&frontier, q1) || vec_push(&frontier, q2)) {
         status = NO_MEMORY;
-    } else if (q1 != q2) {
+    } else if (!(same && q1 == q2)) {
         for (int level = 0; level < cap && frontier.n; level++) {
             next.n = 0;
             for (size_t i = 0; i < frontier.n && depth == cap; i += 2) {
-                const int32_t *ra = T + (size_t)frontier.v[i] * 256, *rb = T + (size_t)frontier.v[i + 1] * 256;
+                const int32_t *ra = T1 + (size_t)frontier.v[i] * 256, *rb = T2 + (size_t)frontier.v[i + 1] * 256;
                 for (int x = 0; x < 256; x++) {
                     int32_t a = ra[x], b = rb[x];
-                    if (a < 0 || b < 0 || a > sink || b > sink) {
+                    if (a < 0 || b < 0 || a > sink1 || b > sink2) {
                         status = BAD_INPUT;
                         depth = level;
                         break;
                     }
-                    if (a == b)
-                        continue;  /* both dead, or the same future */
-                    if (a == sink || b == sink || acc[a] != acc[b]) {
+                    if (a == sink1 && b == sink2)
+                        continue;  /* both dead */
+                    if (same && a == b)
+                        continue;  /* the same future */
+                    if (a == sink1 || b == sink2 || A1[a] != A2[b]) {
                         depth = level;  /* a string of length level + 1 tells them apart */
                         break;
                     }
@@ -1056,15 +1061,18 @@ agreement_depth(PyObject *self, PyObject *args)
     else
         result = PyLong_FromLong(depth);
 done:
-    PyBuffer_Release(&table_b);
-    PyBuffer_Release(&acc_b);
+    PyBuffer_Release(&t1_b);
+    PyBuffer_Release(&a1_b);
+    PyBuffer_Release(&t2_b);
+    PyBuffer_Release(&a2_b);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"agreement_depth", agreement_depth, METH_VARARGS,
-     "agreement_depth(sink_table, acc, q1, q2, cap, max_pairs) -> the largest d <= cap such that q1 and"
-     " q2 agree (dead / alive and accepting) after every byte string of length <= d."},
+     "agreement_depth(table1, acc1, q1, table2, acc2, q2, cap, max_pairs) -> the largest d <= cap such"
+     " that q1 (of the first DFA, sink form) and q2 (of the second) agree (dead / alive and accepting)"
+     " after every byte string of length <= d."},
     {"compile_program", compile_program, METH_VARARGS,
      "compile_program(program, root, nfa_budget, max_states, work_budget) -> (status, transitions,"
      " sink_transitions, accepting, n): the minimal trimmed DFA, numbered breadth-first, as bytes:"

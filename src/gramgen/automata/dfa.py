@@ -163,23 +163,29 @@ class ByteDFA:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("ByteDFA is immutable")
 
-    def agreement_depth(self, q1: int, q2: int, cap: int, max_pairs: int = 4096) -> int:
-        """The largest ``d <= cap`` such that ``q1`` and ``q2`` agree on every byte string
-        of at most ``d`` bytes (both dead after it, or both alive and equally accepting).
+    def agreement_depth(self, q1: int, q2: int, cap: int, max_pairs: int = 4096,
+                        other: "ByteDFA | None" = None) -> int:
+        """The largest ``d <= cap`` such that state ``q1`` and state ``q2`` of ``other``
+        (default: this DFA) agree on every byte string of at most ``d`` bytes (both dead
+        after it, or both alive and equally accepting).
 
         Two such states classify every token of at most ``d`` bytes alike, so the
         classification of one serves the other for those (the states of a counted
-        repeat differ only in how much is left, far beyond most tokens). Pairs of states
-        are explored breadth-first; after ``max_pairs`` of them the depth verified so far
-        is the answer (smaller is always sound).
+        repeat differ only in how much is left, far beyond most tokens; the bodies of two
+        strings in different lexemes agree until they end). Pairs of states are explored
+        breadth-first; after ``max_pairs`` of them the depth verified so far is the
+        answer (smaller is always sound).
         """
-        for q in (q1, q2):
-            if not 0 <= q < self.n_states:
-                raise ValueError(f"no DFA state {q}")
-        table, acc = self.sink_table()
+        other = self if other is None else other
+        if not 0 <= q1 < self.n_states:
+            raise ValueError(f"no DFA state {q1}")
+        if not 0 <= q2 < other.n_states:
+            raise ValueError(f"no DFA state {q2}")
+        t1, a1 = self.sink_table()
+        t2, a2 = other.sink_table()
         if _dfabuild is not None and NATIVE:
-            return _dfabuild.agreement_depth(table, acc, int(q1), int(q2), int(cap), int(max_pairs))
-        return _agreement_depth_numpy(table, acc, q1, q2, cap, max_pairs)
+            return _dfabuild.agreement_depth(t1, a1, int(q1), t2, a2, int(q2), int(cap), int(max_pairs))
+        return _agreement_depth_numpy(t1, a1, q1, t2, a2, q2, cap, max_pairs)
 
     def __reduce__(self):
         return (ByteDFA, (self.transitions, self.accepting))
@@ -222,6 +228,14 @@ DFA_CACHE_BYTES = 64 << 20
 _cache: "OrderedDict[tuple[Regex, int], ByteDFA]" = OrderedDict()
 _cache_bytes = 0
 _cache_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget the DFAs kept for reuse (benchmarks of cold compiles; memory)."""
+    global _cache_bytes
+    with _cache_lock:
+        _cache.clear()
+        _cache_bytes = 0
 
 
 def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
@@ -302,21 +316,25 @@ def _native_dfa(rx: Regex, budget: int, max_states: int) -> ByteDFA:
     return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(n_states + 1, 256), sink_acc))
 
 
-def _agreement_depth_numpy(table: np.ndarray, acc: np.ndarray, q1: int, q2: int, cap: int,
-                           max_pairs: int) -> int:
+def _agreement_depth_numpy(t1: np.ndarray, a1: np.ndarray, q1: int, t2: np.ndarray, a2: np.ndarray, q2: int,
+                           cap: int, max_pairs: int) -> int:
     """:meth:`ByteDFA.agreement_depth` without the C extension (the same answer)."""
-    if q1 == q2:
+    same = t1 is t2
+    if same and q1 == q2:
         return cap
-    sink = len(table) - 1
+    sink1, sink2 = len(t1) - 1, len(t2) - 1
     frontier = [(q1, q2)]
     seen: set[tuple[int, int]] = set()
     for level in range(cap):
         nxt = []
         for a, b in frontier:
-            ra, rb = table[a], table[b]
-            differ = ra != rb
-            ra, rb = ra[differ], rb[differ]
-            if (ra == sink).any() or (rb == sink).any() or (acc[ra] != acc[rb]).any():
+            ra, rb = t1[a], t2[b]
+            dead_a, dead_b = ra == sink1, rb == sink2
+            keep = ~(dead_a & dead_b)
+            if same:
+                keep &= ra != rb
+            ra, rb, dead_a, dead_b = ra[keep], rb[keep], dead_a[keep], dead_b[keep]
+            if dead_a.any() or dead_b.any() or (a1[ra] != a2[rb]).any():
                 return level
             for pair in zip(ra.tolist(), rb.tolist()):
                 if pair not in seen:

@@ -31,9 +31,10 @@ class CompiledGrammar:
     #: the vocabulary each, paid once instead of on the first masks of a generation
     AUTO_PRECOMPUTE_STATES = 64
 
-    #: a lexeme state reuses the classification of a recent state of its lexeme (one of
-    #: the last NEIGHBORS classified) when at most this share of the tokens is longer than
-    #: the depth to which the two agree; only those are walked (see :meth:`_classify`)
+    #: a lexeme state reuses the classification of a recent state (one of the last
+    #: NEIGHBORS classified of its lexeme, or of the last 2 * NEIGHBORS of any lexeme with
+    #: the same followers) when at most this share of the tokens is longer than the depth
+    #: to which the two agree; only those are walked (see :meth:`_classify`)
     NEIGHBOR_SHARE = 0.1
     NEIGHBORS = 4
 
@@ -62,6 +63,7 @@ class CompiledGrammar:
         self.lexer = LexerAutomaton(self.tables)
         self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
         self._recent: dict[int, deque] = {}  # lexeme -> its states classified last
+        self._recent_any: deque = deque(maxlen=2 * self.NEIGHBORS)  # (lexeme, state) classified last
         self._mask_cache: OrderedDict = OrderedDict()
         self._exit_cache: OrderedDict = OrderedDict()
         self._mask_cache_size = mask_cache_size
@@ -96,24 +98,30 @@ class CompiledGrammar:
                 if recent is None:
                     recent = self._recent[lexeme] = deque(maxlen=self.NEIGHBORS)
                 recent.appendleft(state)
+                self._recent_any.appendleft(key)
         return found
 
     def _classify(self, lexeme: int, state: int) -> LexemeTokens:
         """The vocabulary classified from one lexeme state: from a recently classified
-        state of the same lexeme that agrees with it on every string as long as most
-        tokens (see ``ByteDFA.agreement_depth``), only the longer tokens are walked;
-        otherwise the whole vocabulary is."""
+        state that agrees with it on every string as long as most tokens (see
+        ``ByteDFA.agreement_depth``), only the longer tokens are walked; otherwise the
+        whole vocabulary is. Candidates: recent states of the same lexeme, and of other
+        lexemes that the same lexemes may follow (then the exits dropped as hopeless,
+        which depend on what follows, are the same too)."""
         tt = self.token_table
         table, acc = self.sink_tables[lexeme]
         follow = self.follow_masks[lexeme]
-        dfa = self.tables.lex_dfas[lexeme]
+        dfas = self.tables.lex_dfas
+        followers = self.tables.follow_lexemes
+        candidates = [(lexeme, q) for q in tuple(self._recent.get(lexeme, ()))]
+        candidates += [(k, q) for k, q in tuple(self._recent_any) if k != lexeme and followers[k] == followers[lexeme]]
         depth, near = -1, None
-        for q in tuple(self._recent.get(lexeme, ())):
-            d = dfa.agreement_depth(q, state, tt.max_len)
+        for k, q in candidates:
+            d = dfas[k].agreement_depth(q, state, tt.max_len, other=dfas[lexeme])
             if d > depth:
-                depth, near = d, q
+                depth, near = d, (k, q)
         if near is not None and tt.n_longer[min(depth, tt.max_len)] <= self.NEIGHBOR_SHARE * len(tt.sorted_bytes):
-            return self._classify_near(lexeme, state, self._lexeme_tokens[(lexeme, near)], depth)
+            return self._classify_near(lexeme, state, self._lexeme_tokens[near], depth)
         found = classify_tokens(tt, table, acc, state, follow)
         if found.n_exits:
             found = self._drop_hopeless_exits(found, lexeme, state)
