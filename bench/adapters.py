@@ -644,10 +644,12 @@ class GramgenAdapter(Adapter):
         try:
             # every compile is cold, as xgrammar's (cache_enabled=False): equal lexemes
             # share a DFA within one compile but not across repetitions or cases
-            from gramgen.automata.dfa import clear_cache
+            from gramgen.automata import dfa
+            from gramgen.grammar import cpdfa
 
-            clear_cache()
-        except ImportError:
+            dfa.clear_cache()
+            cpdfa.clear_cache()
+        except (ImportError, AttributeError):
             pass
         try:
             if choice.kind == "lark":

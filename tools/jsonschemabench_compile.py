@@ -32,8 +32,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=int, default=10)
     ap.add_argument("--categories", default="", help="comma-separated category names (default: all)")
     ap.add_argument("--cold", action="store_true",
-                    help="forget the DFAs of earlier schemas before each compile (by default equal lexemes "
-                         "share one DFA across schemas, as in a long-lived process)")
+                    help="forget the automata of earlier schemas before each compile (by default equal "
+                         "lexemes share one automaton across schemas, as in a long-lived process)")
     args = ap.parse_args()
     wanted = set(filter(None, args.categories.split(",")))
     vocab = vocabulary(args.tokenizer)
@@ -49,9 +49,11 @@ def main() -> None:
         try:
             signal.alarm(args.time_limit)
             if args.cold:
-                from gramgen.automata.dfa import clear_cache
+                from gramgen.automata import dfa
+                from gramgen.grammar import cpdfa
 
-                clear_cache()
+                dfa.clear_cache()
+                cpdfa.clear_cache()
             gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"], lenient_formats=True), vocab)
         except (_Timeout, gramgen.GramgenError, RecursionError):
             continue
