@@ -299,12 +299,13 @@ def test_big_classes_stay_small():
 
 def test_equal_regexes_share_one_dfa_within_a_byte_budget(monkeypatch):
     """compile_regex reuses the DFA of an equal regex (the same bounded string under many
-    properties), keyed by the regex and the state budget, and keeps the cache under
-    DFA_CACHE_BYTES; a hit gives the same arrays as a fresh construction."""
+    properties), keyed by the regex and the state budget, and keeps the cache under its
+    byte budget; a hit gives the same arrays as a fresh construction; clear_cache forgets."""
+    from gramgen._lru import SizedLRU
     from gramgen.automata import dfa as dfa_module
 
-    monkeypatch.setattr(dfa_module, "_cache", dfa_module.OrderedDict())
-    monkeypatch.setattr(dfa_module, "_cache_bytes", 0)
+    cache = SizedLRU(dfa_module.DFA_CACHE_BYTES, lambda d: d.transitions.nbytes)
+    monkeypatch.setattr(dfa_module, "_cache", cache)
     rx = parse_regex(r'"[^"\\]{0,40}"')
     first = compile_regex(rx)
     again = compile_regex(parse_regex(r'"[^"\\]{0,40}"'))
@@ -312,16 +313,16 @@ def test_equal_regexes_share_one_dfa_within_a_byte_budget(monkeypatch):
     fresh = dfa_module._compile_regex(rx, 10_000)
     assert (fresh.transitions == first.transitions).all() and (fresh.accepting == first.accepting).all()
     assert compile_regex(rx, max_states=5_000) is not first  # another budget, another key
-    monkeypatch.setattr(dfa_module, "DFA_CACHE_BYTES", 4 * first.transitions.nbytes)
+    cache.budget = 4 * first.transitions.nbytes
     for n in range(100, 120):
         compile_regex(parse_regex(f'"[a-z]{{0,{n}}}"'))
-        assert dfa_module._cache_bytes <= dfa_module.DFA_CACHE_BYTES
-        assert dfa_module._cache_bytes == sum(d.transitions.nbytes for d in dfa_module._cache.values())
+        assert cache.total <= cache.budget
+        assert cache.total == sum(d.transitions.nbytes for d in cache.values())
     assert compile_regex(rx) is not first  # evicted by the later ones
     kept = compile_regex(rx)
     assert compile_regex(rx) is kept
     dfa_module.clear_cache()
-    assert dfa_module._cache_bytes == 0 and not dfa_module._cache
+    assert cache.total == 0 and not len(cache)
     assert compile_regex(rx) is not kept
 
 

@@ -761,23 +761,24 @@ def test_codepoint_automata_of_equal_regexes_are_shared(monkeypatch):
     """``cpdfa.from_regex`` reuses the automaton of an equal regex (the same format under
     many properties), within a budget of states; ``clear_cache`` forgets them; an
     unhashable regex is built every time; results equal a fresh construction."""
+    from gramgen._lru import SizedLRU
     from gramgen.grammar.ir import CharRanges, Repeat
     from gramgen.grammar.json_schema import strings
 
-    monkeypatch.setattr(cpdfa, "_cache", cpdfa.OrderedDict())
-    monkeypatch.setattr(cpdfa, "_cache_states", 0)
+    cache = SizedLRU(cpdfa.CACHE_STATES, lambda d: d.n_states)
+    monkeypatch.setattr(cpdfa, "_cache", cache)
     rx = strings.format_regex("date-time")
     first = cpdfa.from_regex(rx)
     assert cpdfa.from_regex(strings.format_regex("date-time")) is first
     fresh = cpdfa._from_regex(rx, cpdfa.DEFAULT_MAX_STATES)
     assert fresh.edges == first.edges and fresh.accepting == first.accepting
-    monkeypatch.setattr(cpdfa, "CACHE_STATES", 8 * first.n_states)
+    cache.budget = 8 * first.n_states
     for n in range(2, 30):
         cpdfa.from_regex(Repeat(CharRanges(((97, 122),)), 0, n))
-        assert cpdfa._cache_states <= cpdfa.CACHE_STATES
-        assert cpdfa._cache_states == sum(d.n_states for d in cpdfa._cache.values())
+        assert cache.total <= cache.budget
+        assert cache.total == sum(d.n_states for d in cache.values())
     kept = cpdfa.from_regex(rx)
     cpdfa.clear_cache()
-    assert not cpdfa._cache and cpdfa._cache_states == 0 and cpdfa.from_regex(rx) is not kept
+    assert not len(cache) and cache.total == 0 and cpdfa.from_regex(rx) is not kept
     listy = CharRanges([[97, 98]])  # lists: unhashable
     assert cpdfa.from_regex(listy).matches("a") and cpdfa.from_regex(listy) is not cpdfa.from_regex(listy)

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from array import array
 from itertools import chain
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Iterable
 
 import numpy as np
 
+from .._lru import SizedLRU
 from ..errors import CompileLimitError
 from ..grammar.ir import Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq, normalize_ranges
 from .utf8 import EXIT, utf8_automaton
@@ -225,17 +225,12 @@ class ByteDFA:
 #: the lexemes of one schema repeat (the same bounded string under several properties) and
 #: schemas compiled in one process share most of theirs (strings, numbers, formats)
 DFA_CACHE_BYTES = 64 << 20
-_cache: "OrderedDict[tuple[Regex, int], ByteDFA]" = OrderedDict()
-_cache_bytes = 0
-_cache_lock = threading.Lock()
+_cache: SizedLRU[ByteDFA] = SizedLRU(DFA_CACHE_BYTES, lambda d: d.transitions.nbytes)
 
 
 def clear_cache() -> None:
     """Forget the DFAs kept for reuse (benchmarks of cold compiles; memory)."""
-    global _cache_bytes
-    with _cache_lock:
-        _cache.clear()
-        _cache_bytes = 0
+    _cache.clear()
 
 
 def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
@@ -246,23 +241,12 @@ def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
     bounds the work, not just the result). DFAs are immutable, so equal regexes share
     one (a bounded cache, :data:`DFA_CACHE_BYTES`).
     """
-    global _cache_bytes
     key = (rx, max_states)
-    with _cache_lock:
-        found = _cache.get(key)
-        if found is not None:
-            _cache.move_to_end(key)
-            return found
+    found = _cache.get(key)
+    if found is not None:
+        return found
     dfa = _compile_regex(rx, max_states)
-    size = dfa.transitions.nbytes
-    if size <= DFA_CACHE_BYTES // 4:
-        with _cache_lock:
-            if key not in _cache:
-                _cache[key] = dfa
-                _cache_bytes += size
-                while _cache_bytes > DFA_CACHE_BYTES:
-                    _, old = _cache.popitem(last=False)
-                    _cache_bytes -= old.transitions.nbytes
+    _cache.put(key, dfa)
     return dfa
 
 

@@ -11,10 +11,9 @@ escaped spellings of each range), so no conversion back to a regex is ever neede
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 
+from .._lru import SizedLRU
 from ..errors import CompileLimitError
 from .ir import (EMPTY, MAX_CODEPOINT, Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq,
                  normalize_ranges)
@@ -152,45 +151,29 @@ def _split(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, frozenset[
 
 
 #: automata of equal regexes are shared (the same format or bounded string under many
-#: properties of a schema, and across schemas): up to this many states in all, least
-#: recently used out
+#: properties of a schema, and across schemas): up to this many states in all
 CACHE_STATES = 200_000
-_cache: "OrderedDict[tuple[Regex, int], CodepointDFA]" = OrderedDict()
-_cache_states = 0
-_cache_lock = threading.Lock()
+_cache: SizedLRU[CodepointDFA] = SizedLRU(CACHE_STATES, lambda d: d.n_states)
 
 
 def clear_cache() -> None:
     """Forget the automata kept for reuse (benchmarks of cold compiles; memory)."""
-    global _cache_states
-    with _cache_lock:
-        _cache.clear()
-        _cache_states = 0
+    _cache.clear()
 
 
 def from_regex(rx: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointDFA:
     """Subset construction over code-point intervals, then trimming. The result is
     shared with later calls on an equal regex: treat it as immutable (every operation
     here builds a new automaton)."""
+    key = (rx, max_states)
     try:
-        key = (rx, max_states)
-        with _cache_lock:
-            found = _cache.get(key)
-            if found is not None:
-                _cache.move_to_end(key)
-                return found
+        found = _cache.get(key)
     except TypeError:  # ranges given as lists: not hashable, not cached
         return _from_regex(rx, max_states)
-    global _cache_states
+    if found is not None:
+        return found
     dfa = _from_regex(rx, max_states)
-    if dfa.n_states <= CACHE_STATES // 8:
-        with _cache_lock:
-            if key not in _cache:
-                _cache[key] = dfa
-                _cache_states += dfa.n_states
-                while _cache_states > CACHE_STATES:
-                    _, old = _cache.popitem(last=False)
-                    _cache_states -= old.n_states
+    _cache.put(key, dfa)
     return dfa
 
 
