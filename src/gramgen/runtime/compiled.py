@@ -122,10 +122,7 @@ class CompiledGrammar:
                 depth, near = d, (k, q)
         if near is not None and tt.n_longer[min(depth, tt.max_len)] <= self.NEIGHBOR_SHARE * len(tt.sorted_bytes):
             return self._classify_near(lexeme, state, self._lexeme_tokens[near], depth)
-        found = classify_tokens(tt, table, acc, state, follow)
-        if found.n_exits:
-            found = self._drop_hopeless_exits(found, lexeme, state)
-        return found
+        return classify_tokens(tt, table, acc, state, follow)
 
     def _classify_near(self, lexeme: int, state: int, near: LexemeTokens, depth: int) -> LexemeTokens:
         """``near`` classified a state that agrees with ``state`` on all strings of at most
@@ -138,18 +135,20 @@ class CompiledGrammar:
         alive_end, may_end = run_suffixes(tt, table, acc, self.follow_masks[lexeme], state, long, 0)
         inside = near.inside & short_ids
         set_bits(inside, tt.rank_to_id[long[alive_end]])
-        exiting = long[may_end & ~alive_end]
-        exits = np.zeros_like(short_ranks)
-        if exiting.size:
-            set_bits(exits, exiting)
-            walked = self._drop_hopeless_exits(LexemeTokens(inside, exits, int(exiting.size)), lexeme, state)
-            exits = walked.exits
-        exits |= near.exits & short_ranks
+        exits = near.exits & short_ranks
+        set_bits(exits, long[may_end & ~alive_end])
         return LexemeTokens(inside=inside, exits=exits, n_exits=bitmask.count(exits))
 
     def _drop_hopeless_exits(self, found: LexemeTokens, lexeme: int, state: int) -> LexemeTokens:
         """Exit tokens whose rest cannot be cut into lexemes that may follow one another
-        are rejected in every context (see ``automata.lexer_automaton``)."""
+        are rejected in every context (see ``automata.lexer_automaton``).
+
+        Only for states classified at compile time (:meth:`precompute`): there the bigram
+        lexer's pass is paid once and spares every later mask walks of those tokens. A
+        state classified on the mask path is not filtered: the pass would land on the same
+        mask that walks its exits, and it cost more than it saved (bench, JSON Schema,
+        Python and Lark grammars: mask p99 and first masks 10–50 % lower without it). The
+        masks are the same either way: the parser walk rejects those tokens too."""
         tt = self.token_table
         ranks = np.flatnonzero(bitmask.unpack(found.exits, len(tt.sorted_bytes)))
         alive = self.lexer.alive(tt, self.lexer.state_of([(lexeme, state)]), ranks)
@@ -195,7 +194,11 @@ class CompiledGrammar:
         """Classify the vocabulary for every lexeme state now instead of on first use."""
         for k, dfa in enumerate(self.tables.lex_dfas):
             for q in range(dfa.n_states):
-                self.lexeme_tokens(k, q)
+                found = self.lexeme_tokens(k, q)
+                if found.n_exits:
+                    filtered = self._drop_hopeless_exits(found, k, q)
+                    with self._lock:
+                        self._lexeme_tokens[(k, q)] = filtered
 
 
 def compile(grammar: Grammar, vocab, **options) -> CompiledGrammar:
