@@ -643,13 +643,11 @@ class GramgenAdapter(Adapter):
 
         try:
             # every compile is cold, as xgrammar's (cache_enabled=False): equal lexemes
-            # share a DFA within one compile but not across repetitions or cases
-            from gramgen.automata import dfa
-            from gramgen.grammar import cpdfa
+            # share an automaton within one compile but not across repetitions or cases
+            from gramgen._lru import clear_all
 
-            dfa.clear_cache()
-            cpdfa.clear_cache()
-        except (ImportError, AttributeError):
+            clear_all()
+        except ImportError:
             pass
         try:
             if choice.kind == "lark":

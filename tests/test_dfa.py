@@ -432,3 +432,18 @@ def test_native_builder_limits_and_malformed_programs():
         except ValueError:
             continue
         assert status in (0, 1, 2, 5, 6)
+
+
+def test_clear_all_empties_every_automaton_cache():
+    """``gramgen._lru.clear_all()`` (what the bench and `--cold` call) empties the DFA and
+    the code-point automata caches alike: the next compile builds anew."""
+    from gramgen._lru import clear_all
+    from gramgen.automata import dfa as dfa_module
+    from gramgen.grammar import cpdfa
+
+    rx = parse_regex(r"[a-z]{2,7}@x")
+    d, c = compile_regex(rx), cpdfa.from_regex(rx)
+    assert compile_regex(rx) is d and cpdfa.from_regex(rx) is c
+    clear_all()
+    assert not len(dfa_module._cache) and not len(cpdfa._cache)
+    assert compile_regex(rx) is not d and cpdfa.from_regex(rx) is not c

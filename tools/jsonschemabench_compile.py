@@ -49,11 +49,9 @@ def main() -> None:
         try:
             signal.alarm(args.time_limit)
             if args.cold:
-                from gramgen.automata import dfa
-                from gramgen.grammar import cpdfa
+                from gramgen._lru import clear_all
 
-                dfa.clear_cache()
-                cpdfa.clear_cache()
+                clear_all()
             gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"], lenient_formats=True), vocab)
         except (_Timeout, gramgen.GramgenError, RecursionError):
             continue

@@ -9,11 +9,21 @@ not their number: one large automaton can weigh as much as thousands of small on
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
+
+_ALL: "weakref.WeakSet[SizedLRU]" = weakref.WeakSet()
+
+
+def clear_all() -> None:
+    """Empty every cache of this kind (the DFAs, the code-point automata): a compile
+    after this builds everything anew, as a benchmark of cold compiles needs."""
+    for cache in list(_ALL):
+        cache.clear()
 
 
 class SizedLRU(Generic[V]):
@@ -26,6 +36,7 @@ class SizedLRU(Generic[V]):
         self._items: OrderedDict[Hashable, V] = OrderedDict()
         self.total = 0
         self._lock = threading.Lock()
+        _ALL.add(self)
 
     def get(self, key: Hashable) -> V | None:
         """The value of ``key`` (now the most recently used), or None. Raises TypeError

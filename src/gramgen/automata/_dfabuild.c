@@ -264,34 +264,27 @@ determinize(Build *b)
     (void)sid;
     for (int32_t i = 0; i < b->n_dfa; i++) {
         /* the members of DFA state i: interned in order, so set i is at index i of the
-         * table's storage (the pool may move while we add states: copy them out) */
-        size_t m_start = (size_t)dfa_states.start.v[i], m_len = (size_t)dfa_states.len.v[i];
-        Vec mem = {0};
-        if (vec_reserve(&mem, m_len))
-            goto done;
-        memcpy(mem.v, dfa_states.pool.v + m_start, m_len * sizeof(int32_t));
-        mem.n = m_len;
+         * table's storage (read here before the loop below adds states and may move it) */
+        const int32_t *mem = dfa_states.pool.v + dfa_states.start.v[i];
+        const size_t m_len = (size_t)dfa_states.len.v[i];
         int32_t is_final = 0;
         for (int32_t c = 0; c < k; c++)
             head[c] = -1;
         node_t.n = node_next.n = 0;
-        for (size_t j = 0; j < mem.n; j++) {
-            int32_t s = mem.v[j];
+        for (size_t j = 0; j < m_len; j++) {
+            int32_t s = mem[j];
             if (s == a->final)
                 is_final = 1;
             for (int64_t e = a->edge_off[s]; e < a->edge_off[s + 1]; e++) {
                 int32_t c0 = a->class_of[a->edges[3 * e]], c1 = a->class_of[a->edges[3 * e + 1]];
                 int32_t t = a->edges[3 * e + 2];
                 for (int32_t c = c0; c <= c1; c++) {
-                    if (vec_push(&node_t, t) || vec_push(&node_next, head[c])) {
-                        free(mem.v);
+                    if (vec_push(&node_t, t) || vec_push(&node_next, head[c]))
                         goto done;
-                    }
                     head[c] = (int32_t)node_t.n - 1;
                 }
             }
         }
-        free(mem.v);
         if (vec_push(&b->accepting, is_final) || vec_reserve(&b->trans, (size_t)k))
             goto done;
         b->trans.n += (size_t)k;

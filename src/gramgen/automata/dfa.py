@@ -183,7 +183,7 @@ class ByteDFA:
             raise ValueError(f"no DFA state {q2}")
         t1, a1 = self.sink_table()
         t2, a2 = other.sink_table()
-        if _dfabuild is not None and NATIVE:
+        if NATIVE:
             return _dfabuild.agreement_depth(t1, a1, int(q1), t2, a2, int(q2), int(cap), int(max_pairs))
         return _agreement_depth_numpy(t1, a1, q1, t2, a2, q2, cap, max_pairs)
 
@@ -251,10 +251,11 @@ def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
 
 
 def _compile_regex(rx: Regex, max_states: int, native: bool | None = None) -> ByteDFA:
-    nfa = _NFA(max(100_000, NFA_STATES_PER_DFA_STATE * max_states))
+    budget = max(100_000, NFA_STATES_PER_DFA_STATE * max_states)
     if NATIVE if native is None else native:
         # the C builder stops at the NFA budget itself, within milliseconds
-        return _native_dfa(rx, nfa.budget, max_states)
+        return _native_dfa(rx, budget, max_states)
+    nfa = _NFA(budget)
     nfa.check_size(rx)
     start = nfa.state()
     final = nfa.build(rx, start)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 
-
 from ..errors import GrammarError
 from ..grammar.ir import GrammarIR, productive_symbols
 

@@ -18,6 +18,11 @@ from decimal import Decimal
 from typing import Any
 
 from ...errors import CompileLimitError, GrammarError, SchemaError
+from .. import cpdfa
+from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
+from ..simplify import alt, collapse_regular, seq
+from . import numbers, strings
+from .loader import Resolver, draft_of, read_schema
 
 try:  # enum/const values are checked against their sibling keywords (a dependency; imported
     # with the frontend so that its ~40 ms import is not paid by the first schema with an enum)
@@ -26,11 +31,6 @@ try:  # enum/const values are checked against their sibling keywords (a dependen
     from referencing.jsonschema import specification_with
 except ImportError:  # pragma: no cover
     jsonschema = None
-from .. import cpdfa
-from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
-from ..simplify import alt, collapse_regular, seq
-from . import numbers, strings
-from .loader import Resolver, draft_of, read_schema
 
 ANNOTATIONS = {
     "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
