@@ -340,49 +340,71 @@ done:
 
 /* Hopcroft's partition refinement on the live states plus an explicit sink (the DFA is
  * completed so that the textbook algorithm applies; no live state is equivalent to the
- * sink, because every live state reaches acceptance). Blocks are contiguous ranges of
- * `elems`; marking moves a state to the front of its block. Returns block per state. */
+ * sink, because every live state reaches acceptance). The sink starts in a block of its
+ * own that is never split and never a splitter: with a total transition function,
+ * splitting by every block but one splits by that one too, so the work list may leave
+ * one initial block out. Leaving out the sink means its in-edges, one per missing
+ * transition of the DFA (most of them), are never walked nor stored. Blocks are
+ * contiguous ranges of `elems`; marking moves a state to the front of its block.
+ * Returns block per state. */
 static int
 hopcroft(int32_t n, int32_t k, const int32_t *trans, const int32_t *accepting, int32_t *blk_out)
 {
     /* states 0..n-1, sink n */
     const int32_t N = n + 1;
     int status = NO_MEMORY;
-    int64_t *inv_off = calloc((size_t)N * k + 1, sizeof(int64_t));
-    int32_t *inv = malloc((size_t)N * k * sizeof(int32_t));
+    int64_t *in_off = calloc((size_t)N + 1, sizeof(int64_t));
+    int64_t *cnt = malloc(((size_t)k + 1) * sizeof(int64_t));
     int32_t *elems = malloc((size_t)N * sizeof(int32_t)), *loc = malloc((size_t)N * sizeof(int32_t));
     int32_t *first = malloc((size_t)N * sizeof(int32_t)), *end = malloc((size_t)N * sizeof(int32_t));
     int32_t *mid = malloc((size_t)N * sizeof(int32_t)), *work = malloc((size_t)N * sizeof(int32_t));
     char *in_work = calloc((size_t)N, 1);
-    int32_t *touched = malloc((size_t)N * sizeof(int32_t)), *snap = malloc((size_t)N * sizeof(int32_t));
+    int32_t *touched = malloc((size_t)N * sizeof(int32_t));
+    int32_t *in_src = NULL, *in_cls = NULL, *pre = NULL;
     int32_t *blk = blk_out;
-    if (!inv_off || !inv || !elems || !loc || !first || !end || !mid || !work || !in_work || !touched || !snap)
+    if (!in_off || !cnt || !elems || !loc || !first || !end || !mid || !work || !in_work || !touched)
         goto done;
-#define TGT(s, c) ((s) == n ? n : (trans[(size_t)(s) * k + (c)] < 0 ? n : trans[(size_t)(s) * k + (c)]))
-    /* inverse transitions keyed by (target, class) */
-    for (int32_t s = 0; s < N; s++)
-        for (int32_t c = 0; c < k; c++)
-            inv_off[(size_t)TGT(s, c) * k + c + 1]++;
-    for (size_t i = 0; i < (size_t)N * k; i++)
-        inv_off[i + 1] += inv_off[i];
+    /* in-edges (source, class) per target, targets other than the sink */
+    int64_t n_edges = 0;
+    for (int32_t s = 0; s < n; s++)
+        for (int32_t c = 0; c < k; c++) {
+            int32_t t = trans[(size_t)s * k + c];
+            if (t >= 0) {
+                in_off[t + 1]++;
+                n_edges++;
+            }
+        }
+    for (int32_t t = 0; t < N; t++)
+        in_off[t + 1] += in_off[t];
+    in_src = malloc((size_t)n_edges * sizeof(int32_t) + 4);
+    in_cls = malloc((size_t)n_edges * sizeof(int32_t) + 4);
+    pre = malloc((size_t)n_edges * sizeof(int32_t) + 4);
+    if (!in_src || !in_cls || !pre)
+        goto done;
     {
-        int64_t *fill = malloc(((size_t)N * k + 1) * sizeof(int64_t));
+        int64_t *fill = malloc(((size_t)N + 1) * sizeof(int64_t));
         if (!fill)
             goto done;
-        memcpy(fill, inv_off, ((size_t)N * k + 1) * sizeof(int64_t));
-        for (int32_t s = 0; s < N; s++)
-            for (int32_t c = 0; c < k; c++)
-                inv[fill[(size_t)TGT(s, c) * k + c]++] = s;
+        memcpy(fill, in_off, ((size_t)N + 1) * sizeof(int64_t));
+        for (int32_t s = 0; s < n; s++)
+            for (int32_t c = 0; c < k; c++) {
+                int32_t t = trans[(size_t)s * k + c];
+                if (t >= 0) {
+                    int64_t at = fill[t]++;
+                    in_src[at] = s;
+                    in_cls[at] = c;
+                }
+            }
         free(fill);
     }
-#undef TGT
-    /* initial partition: accepting states, then the others (with the sink) */
+    /* initial partition: accepting states, the other live states, the sink; the work
+     * list holds the first two */
     int32_t n_blocks = 0, pos = 0;
-    for (int pass = 1; pass >= 0; pass--) {
+    for (int pass = 0; pass < 3; pass++) {
         int32_t start = pos;
         for (int32_t s = 0; s < N; s++) {
-            int32_t acc = s < n && accepting[s];
-            if (acc == pass) {
+            int32_t group = s == n ? 2 : (accepting[s] ? 0 : 1);
+            if (group == pass) {
                 elems[pos] = s;
                 loc[s] = pos++;
                 blk[s] = n_blocks;
@@ -396,32 +418,44 @@ hopcroft(int32_t n, int32_t k, const int32_t *trans, const int32_t *accepting, i
     }
     int32_t n_work = 0;
     for (int32_t b = 0; b < n_blocks; b++) {
+        if (elems[first[b]] == n)
+            continue;  /* the sink's block */
         work[n_work++] = b;
         in_work[b] = 1;
     }
     while (n_work) {
         int32_t a = work[--n_work];
         in_work[a] = 0;
-        int32_t n_snap = end[a] - first[a];
-        memcpy(snap, elems + first[a], (size_t)n_snap * sizeof(int32_t));
+        /* the splitter's predecessors, bucketed by class (read before any split moves
+         * the splitter's own states) */
+        memset(cnt, 0, ((size_t)k + 1) * sizeof(int64_t));
+        for (int32_t i = first[a]; i < end[a]; i++)
+            for (int64_t e = in_off[elems[i]]; e < in_off[elems[i] + 1]; e++)
+                cnt[in_cls[e] + 1]++;
+        for (int32_t c = 0; c < k; c++)
+            cnt[c + 1] += cnt[c];
+        for (int32_t i = first[a]; i < end[a]; i++)
+            for (int64_t e = in_off[elems[i]]; e < in_off[elems[i] + 1]; e++)
+                pre[cnt[in_cls[e]]++] = in_src[e];
+        /* cnt[c] is now the end of class c's bucket */
+        int64_t from = 0;
         for (int32_t c = 0; c < k; c++) {
+            int64_t to = cnt[c];
             int32_t n_touched = 0;
-            for (int32_t i = 0; i < n_snap; i++) {
-                size_t key = (size_t)snap[i] * k + c;
-                for (int64_t e = inv_off[key]; e < inv_off[key + 1]; e++) {
-                    int32_t s = inv[e], b = blk[s];
-                    if (loc[s] < mid[b])
-                        continue;  /* already marked */
-                    if (mid[b] == first[b])
-                        touched[n_touched++] = b;
-                    int32_t p = loc[s], q = mid[b]++;
-                    int32_t other = elems[q];
-                    elems[q] = s;
-                    loc[s] = q;
-                    elems[p] = other;
-                    loc[other] = p;
-                }
+            for (int64_t e = from; e < to; e++) {
+                int32_t s = pre[e], b = blk[s];
+                if (loc[s] < mid[b])
+                    continue;  /* already marked */
+                if (mid[b] == first[b])
+                    touched[n_touched++] = b;
+                int32_t p = loc[s], q = mid[b]++;
+                int32_t other = elems[q];
+                elems[q] = s;
+                loc[s] = q;
+                elems[p] = other;
+                loc[other] = p;
             }
+            from = to;
             for (int32_t t = 0; t < n_touched; t++) {
                 int32_t b = touched[t];
                 if (mid[b] == end[b]) {
@@ -447,8 +481,11 @@ hopcroft(int32_t n, int32_t k, const int32_t *trans, const int32_t *accepting, i
     }
     status = OK;
 done:
-    free(inv_off);
-    free(inv);
+    free(in_off);
+    free(cnt);
+    free(in_src);
+    free(in_cls);
+    free(pre);
     free(elems);
     free(loc);
     free(first);
@@ -457,7 +494,6 @@ done:
     free(work);
     free(in_work);
     free(touched);
-    free(snap);
     return status;
 }
 
