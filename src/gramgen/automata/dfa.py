@@ -19,7 +19,7 @@ import os
 from array import array
 from itertools import chain
 from collections import deque
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -241,20 +241,31 @@ def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
     bounds the work, not just the result). DFAs are immutable, so equal regexes share
     one (a bounded cache, :data:`DFA_CACHE_BYTES`).
     """
-    key = (rx, max_states)
-    found = _cache.get(key)
-    if found is not None:
-        return found
-    dfa = _compile_regex(rx, max_states)
-    _cache.put(key, dfa)
-    return dfa
+    return next(compile_regexes([rx], max_states=max_states))
 
 
-def _compile_regex(rx: Regex, max_states: int, native: bool | None = None) -> ByteDFA:
+def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterator[ByteDFA]:
+    """:func:`compile_regex` of each regex in turn (the lexemes of one grammar). The
+    native builder reads them all from one program, so that a subtree they share (the
+    JSON string body, whitespace, a format) is serialized once."""
+    program = _Program() if NATIVE else None
+    keep = []  # the program refers to nodes by id(): they must outlive it
+    for rx in rxs:
+        key = (rx, max_states)
+        found = _cache.get(key)
+        if found is None:
+            keep.append(rx)
+            found = _compile_regex(rx, max_states, program=program)
+            _cache.put(key, found)
+        yield found
+
+
+def _compile_regex(rx: Regex, max_states: int, native: bool | None = None,
+                   program: _Program | None = None) -> ByteDFA:
     budget = max(100_000, NFA_STATES_PER_DFA_STATE * max_states)
     if NATIVE if native is None else native:
         # the C builder stops at the NFA budget itself, within milliseconds
-        return _native_dfa(rx, budget, max_states)
+        return _native_dfa(rx, budget, max_states, program)
     nfa = _NFA(budget)
     nfa.check_size(rx)
     start = nfa.state()
@@ -270,12 +281,14 @@ def _compile_regex(rx: Regex, max_states: int, native: bool | None = None) -> By
     return ByteDFA(table[:, np.array(class_of, dtype=np.intp)], np.array(accepting, bool))
 
 
-def _native_dfa(rx: Regex, budget: int, max_states: int) -> ByteDFA:
+def _native_dfa(rx: Regex, budget: int, max_states: int, program: _Program | None = None) -> ByteDFA:
     """Thompson NFA, determinization, trim, minimization and renumbering in C (the same
-    DFA as the Python path, which the tests check)."""
+    DFA as the Python path, which the tests check). ``program``: one shared with other
+    regexes (only the part reachable from this one's root is read)."""
     if _dfabuild is None:
         raise RuntimeError("gramgen's native DFA builder (gramgen.automata._dfabuild) is not built")
-    program = _Program()
+    if program is None:
+        program = _Program()
     try:
         root = program.node(rx)
     except RecursionError:
@@ -359,11 +372,29 @@ class _Program:
                     at = self._leaves[rx] = self._leaf(rx)
             except TypeError:  # ranges given as lists: not hashable
                 at = self._leaf(rx)
-        elif isinstance(rx, Seq) and (data := _literal_bytes(rx.items)) is not None:
-            at = self._emit([self.STRING, len(data), *data])
-        elif isinstance(rx, (Seq, Alt)):
+        elif isinstance(rx, Seq):
+            # runs of single characters (property names, punctuation, enum values)
+            # become byte strings
+            kids: list[int] = []
+            run = bytearray()
+            for item in rx.items:
+                data = _single_literal(item)
+                if data is not None:
+                    run += data
+                    continue
+                if run:
+                    kids.append(self._emit([self.STRING, len(run), *run]))
+                    run.clear()
+                kids.append(self.node(item))
+            if not kids:
+                at = self._emit([self.STRING, len(run), *run])
+            else:
+                if run:
+                    kids.append(self._emit([self.STRING, len(run), *run]))
+                at = kids[0] if len(kids) == 1 else self._emit([self.SEQ, len(kids), *kids])
+        elif isinstance(rx, Alt):
             kids = [self.node(item) for item in rx.items]
-            at = self._emit([self.SEQ if isinstance(rx, Seq) else self.ALT, len(kids), *kids])
+            at = self._emit([self.ALT, len(kids), *kids])
         elif isinstance(rx, Repeat):
             item = self.node(rx.item)
             at = self._emit([self.REPEAT, item, rx.min, -1 if rx.max is None else rx.max])
@@ -396,30 +427,22 @@ class _Program:
         return at
 
 
-def _literal_bytes(items) -> bytes | None:
-    """The UTF-8 bytes of a sequence of single characters / bytes (a literal: property
-    names, enum values), or None when some item is anything else."""
-    out = bytearray()
-    for it in items:
-        cls = it.__class__
-        if cls is CharRanges or cls is ByteRanges:
-            ranges = it.ranges
-            if len(ranges) != 1:
-                return None
-            lo, hi = ranges[0]
-            if lo != hi:
-                return None
-            if cls is ByteRanges:
-                if not 0 <= lo <= 255:
-                    return None
-                out.append(lo)
-            elif 0 <= lo <= 0x10FFFF and not 0xD800 <= lo <= 0xDFFF:
-                out += chr(lo).encode()
-            else:
-                return None
-        else:
-            return None
-    return bytes(out)
+def _single_literal(rx: Regex) -> bytes | None:
+    """The UTF-8 bytes of ``rx`` when it matches exactly one character or byte, else None."""
+    cls = rx.__class__
+    if cls is not CharRanges and cls is not ByteRanges:
+        return None
+    ranges = rx.ranges
+    if len(ranges) != 1:
+        return None
+    lo, hi = ranges[0]
+    if lo != hi:
+        return None
+    if cls is ByteRanges:
+        return bytes((lo,)) if 0 <= lo <= 255 else None
+    if 0 <= lo <= 0x10FFFF and not 0xD800 <= lo <= 0xDFFF:
+        return chr(lo).encode()
+    return None
 
 
 def _work_budget(max_states: int) -> int:

@@ -62,6 +62,20 @@ def seq(items: Iterable[Regex]) -> Regex:
     out: list[Regex] = []
     for it in items:
         for sub in (it.items if isinstance(it, Seq) else (it,)):
+            cls = sub.__class__
+            if cls is CharRanges or cls is ByteRanges:
+                # the common case (characters of literals), without the generic equality
+                if not sub.ranges:
+                    return NOTHING
+                if out:
+                    prev = out[-1]
+                    if prev.__class__ is Repeat or (prev.__class__ is cls and prev.ranges == sub.ranges):
+                        merged = _merge_repeats(prev, sub)
+                        if merged is not None:
+                            out[-1] = merged
+                            continue
+                out.append(sub)
+                continue
             if is_nothing(sub):
                 return NOTHING
             if out and (isinstance(sub, Repeat) or isinstance(out[-1], Repeat) or sub == out[-1]):

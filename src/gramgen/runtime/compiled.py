@@ -7,7 +7,7 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
-from ..automata.dfa import compile_regex
+from ..automata.dfa import compile_regexes
 from ..automata.earley import Interner, ParserTables
 from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, run_suffixes
 from ..automata.lexer_automaton import LexerAutomaton
@@ -44,9 +44,10 @@ class CompiledGrammar:
         self.vocab = vocab
         ir = grammar.ir
         dfas = {}
-        for name, rx in ir.lexemes.items():
+        built = compile_regexes(ir.lexemes.values(), max_states=max_dfa_states)
+        for name in ir.lexemes:
             try:
-                dfas[name] = compile_regex(rx, max_states=max_dfa_states)
+                dfas[name] = next(built)
             except GrammarError as exc:
                 raise GrammarError(f"lexeme {name!r}: {exc.message}", exc.line, exc.column,
                                    exc.source or ir.source) from exc
