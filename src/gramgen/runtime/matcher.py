@@ -399,24 +399,37 @@ class Matcher:
 
         def jump_plan(states: tuple, group: list[int], depth: int) -> list[tuple]:
             """(position, DFA states before it (-1: dead), byte, tokens sorted by their rest)
-            for each way the tokens first complete one of the lexemes from ``states``."""
+            for each way the tokens first complete one of the lexemes from ``states``.
+
+            The parser step at that byte depends only on the states the byte leads to
+            (which lexemes go on, which complete), not on the states before it nor the
+            byte: tokens that get there from different states (``ab"`` and ``abc"`` in
+            a counted string) share one step and the walk of their rests, made from the
+            states and byte of any one of them."""
             arr = np.asarray(group, dtype=np.int64)
-            pos, before = first_ends(tt, [cg.sink_tables[k] for k, _ in states], [q for _, q in states], arr, depth)
+            tables_k = [cg.sink_tables[k] for k, _ in states]
+            pos, before = first_ends(tt, tables_k, [q for _, q in states], arr, depth)
             sel = np.flatnonzero(pos >= 0)
             if not sel.size:
                 return []
             p_sel = pos[sel]
             byte = tt.blob[tt.offsets[arr[sel]] + p_sel].astype(np.int64)
-            # one group per (position, states before it, byte), by position first
-            codes = np.concatenate([p_sel[:, None], before[sel].astype(np.int64), byte[:, None]], axis=1)
-            uniq, inverse = np.unique(codes, axis=0, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            members = arr[sel]
+            bef = before[sel]
+            codes = np.empty((sel.size, 1 + len(states)), dtype=np.int64)
+            codes[:, 0] = p_sel
+            for i, (table, _) in enumerate(tables_k):
+                b_i = bef[:, i]
+                after = table[np.where(b_i < 0, table.shape[0] - 1, b_i), byte]
+                codes[:, 1 + i] = np.where(after == table.shape[0] - 1, -1, after)
+            # one group per (position, states after its byte), by position first
+            order = np.lexsort(codes.T[::-1])
+            codes, members, bef, byte = codes[order], arr[sel][order], bef[order], byte[order]
+            cut = np.flatnonzero((codes[1:] != codes[:-1]).any(axis=1)) + 1
             plan = []
-            for u, row in enumerate(uniq.tolist()):
-                p = row[0]
-                ranks = sorted(members[inverse == u].tolist(), key=lambda r: sorted_bytes[r][p + 1:])
-                plan.append((p, tuple(row[1:-1]), row[-1], ranks))
+            for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), codes.shape[0]]):
+                p = int(codes[lo, 0])
+                ranks = sorted(members[lo:hi].tolist(), key=lambda r: sorted_bytes[r][p + 1:])
+                plan.append((p, tuple(bef[lo].tolist()), int(byte[lo]), ranks))
             return plan
 
         def lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
