@@ -960,7 +960,7 @@ compile_program(PyObject *self, PyObject *args)
     } else if (status == BAD_INPUT) {
         PyErr_SetString(PyExc_ValueError, "malformed regex program");
     } else if (status != OK) {
-        result = Py_BuildValue("(iOOOi)", status, Py_None, Py_None, Py_None, 0);
+        result = Py_BuildValue("(iOOOiO)", status, Py_None, Py_None, Py_None, 0, Py_None);
     } else {
         /* the table over bytes (-1: no transition), the same with an explicit sink state
          * n in place of -1 and a last row of sinks, and the accepting flags */
@@ -968,7 +968,11 @@ compile_program(PyObject *self, PyObject *args)
         PyObject *tr = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 256 * 4);
         PyObject *sink = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)n + 1) * 256 * 4);
         PyObject *acc = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
-        if (tr && sink && acc) {
+        PyObject *classes = PyBytes_FromStringAndSize(NULL, 256);
+        if (tr && sink && acc && classes) {
+            char *out_classes = PyBytes_AS_STRING(classes);
+            for (int x = 0; x < 256; x++)
+                out_classes[x] = (char)class_of[x];
             int32_t *out = (int32_t *)PyBytes_AS_STRING(tr), *out_sink = (int32_t *)PyBytes_AS_STRING(sink);
             char *out_acc = PyBytes_AS_STRING(acc);
             for (int32_t q = 0; q < n; q++) {
@@ -982,11 +986,12 @@ compile_program(PyObject *self, PyObject *args)
             }
             for (int x = 0; x < 256; x++)
                 out_sink[(size_t)n * 256 + x] = n;
-            result = Py_BuildValue("(iOOOi)", OK, tr, sink, acc, n);
+            result = Py_BuildValue("(iOOOiO)", OK, tr, sink, acc, n, classes);
         }
         Py_XDECREF(tr);
         Py_XDECREF(sink);
         Py_XDECREF(acc);
+        Py_XDECREF(classes);
     }
     free(t.eps_from.v);
     free(t.eps_to.v);
@@ -1016,11 +1021,27 @@ static PyObject *
 agreement_depth(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer t1_b, a1_b, t2_b, a2_b;
+    Py_buffer t1_b, a1_b, t2_b, a2_b, probe_b = {0};
     int q1, q2, cap, max_pairs;
-    if (!PyArg_ParseTuple(args, "y*y*iy*y*iii", &t1_b, &a1_b, &q1, &t2_b, &a2_b, &q2, &cap, &max_pairs))
+    if (!PyArg_ParseTuple(args, "y*y*iy*y*iii|y*", &t1_b, &a1_b, &q1, &t2_b, &a2_b, &q2, &cap, &max_pairs,
+                          &probe_b))
         return NULL;
     PyObject *result = NULL;
+    /* the bytes to try: one per class of bytes that both tables treat alike (all 256
+     * when not given) */
+    uint8_t all_bytes[256];
+    const uint8_t *probe = all_bytes;
+    Py_ssize_t n_probe = 256;
+    for (int x = 0; x < 256; x++)
+        all_bytes[x] = (uint8_t)x;
+    if (probe_b.obj) {
+        if (probe_b.itemsize != 1 || probe_b.len < 1 || probe_b.len > 256) {
+            PyErr_SetString(PyExc_ValueError, "agreement_depth: probe must be 1 to 256 bytes");
+            goto done;
+        }
+        probe = probe_b.buf;
+        n_probe = probe_b.len;
+    }
     const Py_ssize_t n1 = t1_b.len / (256 * 4), n2 = t2_b.len / (256 * 4);
     if (t1_b.itemsize != 4 || t1_b.len % (256 * 4) || n1 < 1 || a1_b.len != n1
         || t2_b.itemsize != 4 || t2_b.len % (256 * 4) || n2 < 1 || a2_b.len != n2
@@ -1043,8 +1064,8 @@ agreement_depth(PyObject *self, PyObject *args)
             next.n = 0;
             for (size_t i = 0; i < frontier.n && depth == cap; i += 2) {
                 const int32_t *ra = T1 + (size_t)frontier.v[i] * 256, *rb = T2 + (size_t)frontier.v[i + 1] * 256;
-                for (int x = 0; x < 256; x++) {
-                    int32_t a = ra[x], b = rb[x];
+                for (Py_ssize_t p = 0; p < n_probe; p++) {
+                    int32_t a = ra[probe[p]], b = rb[probe[p]];
                     if (a < 0 || b < 0 || a > sink1 || b > sink2) {
                         status = BAD_INPUT;
                         depth = level;
@@ -1094,6 +1115,8 @@ done:
     PyBuffer_Release(&a1_b);
     PyBuffer_Release(&t2_b);
     PyBuffer_Release(&a2_b);
+    if (probe_b.obj)
+        PyBuffer_Release(&probe_b);
     return result;
 }
 

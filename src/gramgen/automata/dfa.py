@@ -106,7 +106,7 @@ class ByteDFA:
     read-only.
     """
 
-    __slots__ = ("transitions", "accepting", "rows", "first_bytes", "n_states", "_sink")
+    __slots__ = ("transitions", "accepting", "rows", "first_bytes", "n_states", "_sink", "_classes")
 
     transitions: np.ndarray
     accepting: np.ndarray
@@ -124,16 +124,18 @@ class ByteDFA:
         self._init(transitions, accepting, None)
 
     @classmethod
-    def _adopt(cls, transitions: np.ndarray, accepting: np.ndarray, sink) -> "ByteDFA":
+    def _adopt(cls, transitions: np.ndarray, accepting: np.ndarray, sink,
+               classes: np.ndarray | None = None) -> "ByteDFA":
         """A DFA over arrays the caller hands over (read-only, int32 ``[n, 256]``, bool
-        ``[n]``), without the defensive copies; ``sink`` is :meth:`sink_table` if known."""
+        ``[n]``), without the defensive copies; ``sink`` is :meth:`sink_table` and
+        ``classes`` :meth:`byte_classes` (or a finer partition) if known."""
         if transitions.flags.writeable or accepting.flags.writeable:
             raise ValueError("adopted arrays must be read-only")
         self = object.__new__(cls)
-        self._init(transitions, accepting, sink)
+        self._init(transitions, accepting, sink, classes)
         return self
 
-    def _init(self, transitions: np.ndarray, accepting: np.ndarray, sink) -> None:
+    def _init(self, transitions: np.ndarray, accepting: np.ndarray, sink, classes=None) -> None:
         set_ = object.__setattr__
         set_(self, "transitions", transitions)
         set_(self, "accepting", accepting)
@@ -141,6 +143,7 @@ class ByteDFA:
         set_(self, "first_bytes", _FirstBytes(transitions))
         set_(self, "n_states", len(accepting))
         set_(self, "_sink", sink)
+        set_(self, "_classes", classes)
 
     def sink_table(self) -> tuple[np.ndarray, np.ndarray]:
         """The table with an explicit sink state (index ``n``, last) in place of -1, and
@@ -160,11 +163,22 @@ class ByteDFA:
             object.__setattr__(self, "_sink", sink)
         return sink
 
+    def byte_classes(self) -> np.ndarray:
+        """uint8[256]: a class per byte such that bytes of one class lead every state to
+        the same state (equal columns of the table; possibly finer, as the native
+        builder's classes of its NFA). Made once per DFA."""
+        classes = self._classes
+        if classes is None:
+            classes = _column_classes(self.transitions)
+            classes.flags.writeable = False
+            object.__setattr__(self, "_classes", classes)
+        return classes
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("ByteDFA is immutable")
 
     def agreement_depth(self, q1: int, q2: int, cap: int, max_pairs: int = 4096,
-                        other: "ByteDFA | None" = None) -> int:
+                        other: "ByteDFA | None" = None, probe: bytes | None = None) -> int:
         """The largest ``d <= cap`` such that state ``q1`` and state ``q2`` of ``other``
         (default: this DFA) agree on every byte string of at most ``d`` bytes (both dead
         after it, or both alive and equally accepting).
@@ -174,7 +188,8 @@ class ByteDFA:
         repeat differ only in how much is left, far beyond most tokens; the bodies of two
         strings in different lexemes agree until they end). Pairs of states are explored
         breadth-first; after ``max_pairs`` of them the depth verified so far is the
-        answer (smaller is always sound).
+        answer (smaller is always sound). ``probe``: the bytes to try, one per class of
+        bytes that both DFAs treat alike (:func:`probe_bytes`); default all 256.
         """
         other = self if other is None else other
         if not 0 <= q1 < self.n_states:
@@ -184,8 +199,10 @@ class ByteDFA:
         t1, a1 = self.sink_table()
         t2, a2 = other.sink_table()
         if NATIVE:
-            return _dfabuild.agreement_depth(t1, a1, int(q1), t2, a2, int(q2), int(cap), int(max_pairs))
-        return _agreement_depth_numpy(t1, a1, q1, t2, a2, q2, cap, max_pairs)
+            if probe is None:
+                return _dfabuild.agreement_depth(t1, a1, int(q1), t2, a2, int(q2), int(cap), int(max_pairs))
+            return _dfabuild.agreement_depth(t1, a1, int(q1), t2, a2, int(q2), int(cap), int(max_pairs), probe)
+        return _agreement_depth_numpy(t1, a1, q1, t2, a2, q2, cap, max_pairs, probe)
 
     def __reduce__(self):
         return (ByteDFA, (self.transitions, self.accepting))
@@ -293,7 +310,7 @@ def _native_dfa(rx: Regex, budget: int, max_states: int, program: _Program | Non
         root = program.node(rx)
     except RecursionError:
         raise CompileLimitError("regex is nested too deeply") from None
-    status, trans, sink, accepting, n_states = _dfabuild.compile_program(
+    status, trans, sink, accepting, n_states, classes = _dfabuild.compile_program(
         program.code, root, budget, max_states, _work_budget(max_states))
     if status == 1:
         raise CompileLimitError(f"regex DFA exceeds max_states={max_states}")
@@ -311,12 +328,41 @@ def _native_dfa(rx: Regex, budget: int, max_states: int, program: _Program | Non
     sink_acc = np.zeros(n_states + 1, dtype=bool)
     sink_acc[:n_states] = acc
     sink_acc.flags.writeable = False
-    return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(n_states + 1, 256), sink_acc))
+    return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(n_states + 1, 256), sink_acc),
+                          np.frombuffer(classes, dtype=np.uint8))
+
+
+def probe_bytes(d1: ByteDFA, d2: ByteDFA) -> bytes:
+    """One byte per class of bytes that both DFAs treat alike (the smallest of each): the
+    only ones :meth:`ByteDFA.agreement_depth` needs to try."""
+    joint = d1.byte_classes().astype(np.int32) * 256 + d2.byte_classes()
+    _, first = np.unique(joint, return_index=True)
+    return bytes(np.sort(first).astype(np.uint8))
+
+
+def _column_classes(table: np.ndarray) -> np.ndarray:
+    """uint8[256]: bytes whose columns in ``table`` are equal share a class (numbered by
+    first byte). Columns are grouped by a random linear hash, then checked."""
+    if not table.shape[0]:
+        return np.zeros(256, dtype=np.uint8)
+    weights = np.random.default_rng(0).integers(1, 1 << 61, size=table.shape[0], dtype=np.int64)
+    hashed = (table.astype(np.int64) * weights[:, None]).sum(axis=0)  # wraps: fine for a hash
+    _, first, inverse = np.unique(hashed, return_index=True, return_inverse=True)
+    rep = first[inverse.reshape(-1)]
+    if not np.array_equal(table[:, rep], table):  # a collision: group exactly
+        _, first, inverse = np.unique(table.T, axis=0, return_index=True, return_inverse=True)
+        rep = first[inverse.reshape(-1)]
+    # number the classes in order of their first byte
+    _, classes = np.unique(rep, return_inverse=True)
+    return classes.reshape(-1).astype(np.uint8)
 
 
 def _agreement_depth_numpy(t1: np.ndarray, a1: np.ndarray, q1: int, t2: np.ndarray, a2: np.ndarray, q2: int,
-                           cap: int, max_pairs: int) -> int:
+                           cap: int, max_pairs: int, probe: bytes | None = None) -> int:
     """:meth:`ByteDFA.agreement_depth` without the C extension (the same answer)."""
+    if probe is not None:
+        cols = np.frombuffer(probe, dtype=np.uint8).astype(np.intp)
+        t1, t2 = (t1[:, cols], t2[:, cols]) if t1 is not t2 else (t1[:, cols],) * 2
     same = t1 is t2
     if same and q1 == q2:
         return cap
