@@ -343,17 +343,41 @@ def test_neighbour_classification_equals_full(tokenizer):
     classification: on every state reached along random forward walks through each
     lexeme (one lexeme after another, and all of them in turn, as a generation
     interleaves them) and on every state in numbering order. Both reuses must happen."""
+    from gramgen.runtime import compiled as compiled_module
+
     vocab = vocabulary(tokenizer)
     rng = random.Random(SEED)
-    used = {"same": 0, "other": 0}
+    used = {"same": 0, "other": 0, "pair": 0}
     schemas = [gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"), grammar("schema-long-strings"),
                gramgen.Grammar.from_json_schema({"type": "array", "items": {"type": "object", "properties": {
                    "x": {"type": "string", "maxLength": 30}, "y": {"type": "string", "maxLength": 40}}}},
-                   whitespace="flexible")]
+                   whitespace="flexible"),
+               # keys other than the declared ones: a key automaton inside an excluded name
+               # and past it goes the same way on almost every byte (the side-by-side walk)
+               gramgen.Grammar.from_json_schema({"type": "object", "properties": {
+                   "orientation": {"type": "string"}, "origin": {"type": "integer"}, "title": {"type": "string"},
+                   "tags": {"type": "array", "items": {"type": "string"}}},
+                   "additionalProperties": {"type": "number"}}, whitespace="flexible")]
+    original_from = compiled_module.classify_tokens_from
+
+    def counted_from(*args):
+        used["pair"] += 1
+        return original_from(*args)
+
+    compiled_module.classify_tokens_from = counted_from
+    try:
+        _compare_neighbour_classes(schemas, vocab, rng, used)
+    finally:
+        compiled_module.classify_tokens_from = original_from
+    assert used["same"] >= 50 and used["other"] >= 1 and used["pair"] >= 5, used
+
+
+def _compare_neighbour_classes(schemas, vocab, rng, used):
     for g in schemas:
         near = gramgen.compile(g, vocab, precompute=False)
         full = gramgen.compile(g, vocab, precompute=False)
         full.NEIGHBOR_SHARE = -1.0  # never
+        full.PAIR_WALK = False
         original = near._classify_near
 
         def counted(lexeme, state, tokens, depth, near=near, original=original):
@@ -379,7 +403,6 @@ def test_neighbour_classification_equals_full(tokenizer):
             a, b = near.lexeme_tokens(k, q), full.lexeme_tokens(k, q)
             assert np.array_equal(a.inside, b.inside), (k, q)
             assert np.array_equal(a.exits, b.exits) and a.n_exits == b.n_exits, (k, q)
-    assert used["same"] >= 50 and used["other"] >= 1, used
 
 
 def test_agreement_depth_is_sound():
@@ -402,6 +425,9 @@ def test_agreement_depth_is_sound():
             q1, q2 = rng.randrange(d.n_states), rng.randrange(d.n_states)
             depth = d.agreement_depth(q1, q2, 64)
             assert depth == dfa_module._agreement_depth_numpy(table, acc, q1, table, acc, q2, 64, 4096)
+            probe = dfa_module.probe_bytes(d, d)
+            assert depth == d.agreement_depth(q1, q2, 64, probe=probe)
+            assert depth == dfa_module._agreement_depth_numpy(table, acc, q1, table, acc, q2, 64, 4096, probe)
             assert d.agreement_depth(q1, q2, 64, max_pairs=1) <= depth
             _same_on_probes(d, q1, d, q2, depth, probes)
             checked += 1
@@ -413,6 +439,9 @@ def test_agreement_depth_is_sound():
         depth = d1.agreement_depth(q1, q2, 64, other=d2)
         (t1, a1), (t2, a2) = d1.sink_table(), d2.sink_table()
         assert depth == dfa_module._agreement_depth_numpy(t1, a1, q1, t2, a2, q2, 64, 4096)
+        probe = dfa_module.probe_bytes(d1, d2)
+        assert depth == d1.agreement_depth(q1, q2, 64, other=d2, probe=probe)
+        assert depth == dfa_module._agreement_depth_numpy(t1, a1, q1, t2, a2, q2, 64, 4096, probe)
         _same_on_probes(d1, q1, d2, q2, depth, probes)
         checked += depth > 0
     assert checked >= 100
@@ -425,3 +454,102 @@ def _same_on_probes(d1, q1, d2, q2, depth, probes):
         s1, s2 = d1.run(w, q1), d2.run(w, q2)
         assert (s1 < 0) == (s2 < 0), (q1, q2, depth, w)
         assert s1 < 0 or bool(d1.accepting[s1]) == bool(d2.accepting[s2]), (q1, q2, depth, w)
+
+
+def test_byte_classes_group_equal_columns():
+    """``ByteDFA.byte_classes``: bytes of one class have equal columns (the native
+    builder's classes may be finer; those made from the table are exactly the groups of
+    equal columns), and ``probe_bytes`` holds one byte of every joint class."""
+    from gramgen.automata import dfa as dfa_module
+
+    g = gramgen.Grammar.from_json_schema({"type": "object", "properties": {
+        "s": {"type": "string", "maxLength": 30}, "n": {"type": "integer", "minimum": -5, "maximum": 4000},
+        "d": {"type": "string", "format": "date-time"}, "p": {"type": "string", "pattern": "^(ab|a)*c{2,9}$"}}})
+    dfas = [dfa_module.compile_regex(rx) for rx in g.ir.lexemes.values()]
+    for d in dfas:
+        exact = dfa_module._column_classes(d.transitions)
+        for classes in (d.byte_classes(), exact):
+            for c in np.unique(classes):
+                cols = d.transitions[:, classes == c]
+                assert (cols == cols[:, :1]).all()
+        # the exact ones merge every pair of equal columns
+        _, first = np.unique(d.transitions.T, axis=0, return_index=True)
+        assert len(np.unique(exact)) == len(first)
+    for d1 in dfas:
+        for d2 in dfas:
+            probe = dfa_module.probe_bytes(d1, d2)
+            pairs = {(int(d1.byte_classes()[b]), int(d2.byte_classes()[b])) for b in range(256)}
+            assert {(int(d1.byte_classes()[b]), int(d2.byte_classes()[b])) for b in probe} == pairs
+            assert len(probe) == len(pairs)
+
+
+#: texts inside counted strings: runs of spaces and dashes (long tokens), quotes and
+#: escapes near the ends, strings of every length around the bounds
+def _reuse_texts(rng: random.Random) -> list[str]:
+    import json as _json
+
+    out = []
+    for _ in range(6):
+        words = ["Example", "Variable", "Name", " " * rng.randint(20, 90), "-" * rng.randint(10, 40),
+                 '\\"quoted\\"', "ünïcødé", "x" * rng.randint(1, 9)]
+        value = " ".join(rng.choice(words) for _ in range(rng.randint(2, 9)))
+        doc = {"label": value[:500], "note": value[:40], "name": value[:90], "extra_" + str(rng.randint(0, 9)): 3}
+        out.append(_json.dumps(doc, ensure_ascii=False))
+    return out
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "gpt2"])
+def test_inside_neighbour_masks_equal_full(tokenizer):
+    """A position inside lexemes takes the mask of a recent position with the same parser
+    context for the tokens no longer than the depth to which their lexeme states agree,
+    and side-by-side classification; the masks must equal those computed without either,
+    at every step of texts through counted strings (long strings in 64-character blocks,
+    maxLength strings, keys outside the declared ones), with random detours among the
+    allowed tokens. The reuse must happen."""
+    from gramgen.runtime import matcher as matcher_module
+
+    vocab = vocabulary(tokenizer)
+    tok = hf_tokenizer(tokenizer)
+    rng = random.Random(SEED)
+    g = gramgen.Grammar.from_json_schema({
+        "type": "object", "properties": {"label": {"type": "string", "maxLength": 500},
+                                         "note": {"type": "string", "maxLength": 40},
+                                         "name": {"type": "string", "minLength": 1, "maxLength": 90}},
+        "additionalProperties": {"type": "integer"}}, whitespace="flexible")
+    fast = gramgen.compile(g, vocab)
+    slow = gramgen.compile(g, vocab)
+    slow.INSIDE_NEIGHBORS = 0
+    slow.PAIR_WALK = False
+    slow.NEIGHBOR_SHARE = -1.0
+    reused = [0]
+    original = matcher_module.Matcher._neighbour_words
+
+    def counted(self, *args):
+        words = original(self, *args)
+        reused[0] += words is not None
+        return words
+
+    matcher_module.Matcher._neighbour_words = counted
+    try:
+        steps = 0
+        for text in _reuse_texts(rng):
+            a, b = fast.matcher(), slow.matcher()
+            for tid in tok.encode(text, add_special_tokens=False):
+                ma, mb = a.mask(), b.mask()
+                assert np.array_equal(ma, mb), (text, a.text_bytes())
+                steps += 1
+                if rng.random() < 0.15:  # a detour: another allowed token, then on with the text
+                    other = int(rng.choice(np.flatnonzero(ma)))
+                    if other not in vocab.eos_token_ids:
+                        a2, b2 = a.fork(), b.fork()
+                        a2.advance(other)
+                        b2.advance(other)
+                        if not a2.is_terminated():
+                            assert np.array_equal(a2.mask(), b2.mask()), (text, a2.text_bytes())
+                if not ma[tid]:
+                    break
+                a.advance(tid)
+                b.advance(tid)
+    finally:
+        matcher_module.Matcher._neighbour_words = original
+    assert steps >= 100 and reused[0] >= 10, (steps, reused)

@@ -7,9 +7,10 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
-from ..automata.dfa import compile_regexes
+from ..automata.dfa import compile_regexes, probe_bytes
 from ..automata.earley import Interner, ParserTables
-from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, run_suffixes
+from ..automata import lexeme_tokens as _lexeme_tokens
+from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, classify_tokens_from, run_suffixes
 from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..errors import GrammarError
@@ -37,6 +38,18 @@ class CompiledGrammar:
     #: to which the two agree; only those are walked (see :meth:`_classify`)
     NEIGHBOR_SHARE = 0.1
     NEIGHBORS = 4
+    #: a state whose first bytes start fewer than 1 / SPARSE_SHARE of the tokens is
+    #: classified by the full walk (it visits only those) without looking for a neighbour
+    SPARSE_SHARE = 16
+
+    #: a state no recent state agrees with deeply enough is classified by walking the
+    #: vocabulary from it and from a recent state of its lexeme side by side (see
+    #: :meth:`_classify`; needs the native kernel)
+    PAIR_WALK = True
+
+    #: masks kept per parser context of the positions inside lexemes (see
+    #: :meth:`inside_neighbours`; 0 turns the reuse off)
+    INSIDE_NEIGHBORS = 4
 
     def __init__(self, grammar: Grammar, vocab, *, max_dfa_states: int = 10_000,
                  mask_cache_size: int = 4096, precompute: bool | None = None):
@@ -53,6 +66,7 @@ class CompiledGrammar:
                                    exc.source or ir.source) from exc
         self.tables = ParserTables(ir, dfas)
         self.token_table: TokenTable = token_table_for(vocab)
+        self._first_sizes = np.diff(self.token_table.first_start)  # tokens per first byte
         self.vocab_size = vocab.size
         self.eos_ids = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
         #: per lexeme: its DFA with an explicit sink state, and bool[256] of the bytes that
@@ -64,8 +78,13 @@ class CompiledGrammar:
         self.lexer = LexerAutomaton(self.tables)
         self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
         self._recent: dict[int, deque] = {}  # lexeme -> its states classified last
-        self._recent_any: deque = deque(maxlen=2 * self.NEIGHBORS)  # (lexeme, state) classified last
+        self._recent_any: deque = deque(maxlen=4 * self.NEIGHBORS)  # (lexeme, state) classified last
+        self._filtered: set = set()  # (lexeme, state) whose hopeless exits were dropped
         self._mask_cache: OrderedDict = OrderedDict()
+        #: parser context of a position inside lexemes -> its recent (lexeme states, mask)
+        self._inside_masks: OrderedDict = OrderedDict()
+        self._agreement: dict = {}  # (lexeme, state, lexeme, state) -> agreement depth
+        self._probes: dict = {}  # (lexeme, lexeme) -> the bytes their agreement tries
         self._exit_cache: OrderedDict = OrderedDict()
         self._mask_cache_size = mask_cache_size
         #: context-free parts of exit walks (lexeme passes, in-lexeme jumps), keyed by
@@ -107,23 +126,97 @@ class CompiledGrammar:
         state that agrees with it on every string as long as most tokens (see
         ``ByteDFA.agreement_depth``), only the longer tokens are walked; otherwise the
         whole vocabulary is. Candidates: recent states of the same lexeme, and of other
-        lexemes that the same lexemes may follow (then the exits dropped as hopeless,
-        which depend on what follows, are the same too)."""
+        lexemes with the same follow bytes (exits depend on them) whose classes carry no
+        exits dropped as hopeless (:meth:`precompute`; those depend on which lexemes
+        follow), unless the same lexemes follow both. Failing that, a recent state of the
+        same lexeme that goes the same way on most first bytes is walked side by side
+        with this one (:meth:`_pair_candidate`)."""
         tt = self.token_table
         table, acc = self.sink_tables[lexeme]
         follow = self.follow_masks[lexeme]
-        dfas = self.tables.lex_dfas
+        alive = table[state] != table.shape[0] - 1
+        n_alive = int(self._first_sizes[alive].sum())
+        if n_alive * self.SPARSE_SHARE < len(tt.sorted_bytes):
+            # few tokens start with a byte this state takes: the full walk visits only
+            # those, cheaper than looking for a neighbour
+            return classify_tokens(tt, table, acc, state, follow)
         followers = self.tables.follow_lexemes
-        candidates = [(lexeme, q) for q in tuple(self._recent.get(lexeme, ()))]
-        candidates += [(k, q) for k, q in tuple(self._recent_any) if k != lexeme and followers[k] == followers[lexeme]]
+        candidates_same = tuple(self._recent.get(lexeme, ()))
+        candidates = [(lexeme, q) for q in candidates_same]
+        follow_bytes, filtered = self.tables.follow_bytes, self._filtered
+        candidates += [(k, q) for k, q in tuple(self._recent_any) if k != lexeme and (
+            followers[k] == followers[lexeme]
+            or follow_bytes[k] == follow_bytes[lexeme] and (k, q) not in filtered)]
         depth, near = -1, None
         for k, q in candidates:
-            d = dfas[k].agreement_depth(q, state, tt.max_len, other=dfas[lexeme])
+            d = self.agreement(k, q, lexeme, state)
             if d > depth:
                 depth, near = d, (k, q)
         if near is not None and tt.n_longer[min(depth, tt.max_len)] <= self.NEIGHBOR_SHARE * len(tt.sorted_bytes):
             return self._classify_near(lexeme, state, self._lexeme_tokens[near], depth)
+        if candidates_same and self.PAIR_WALK and _lexeme_tokens.NATIVE:
+            q = self._pair_candidate(table, state, alive, n_alive, candidates_same)
+            if q is not None:
+                return classify_tokens_from(tt, table, acc, state, follow, table, acc, q,
+                                            self._lexeme_tokens[(lexeme, q)])
         return classify_tokens(tt, table, acc, state, follow)
+
+    def _pair_candidate(self, table: np.ndarray, state: int, alive: np.ndarray, n_alive: int,
+                        candidates) -> int | None:
+        """A recent state of the same lexeme to classify ``state`` from, walking the two
+        side by side (``classify_tokens_from``): one that goes to the same state as
+        ``state`` on the first byte of at least half the tokens ``state`` keeps alive, so
+        that the walk of most tokens stops there (a key automaton inside one of the
+        excluded names and one past them, both back in the plain string body after a
+        byte). None when no candidate qualifies."""
+        sizes = self._first_sizes
+        row = table[state]
+        best, found = n_alive // 2, None
+        for q in candidates:
+            met = int(sizes[alive & (table[q] == row)].sum())
+            if met >= best:
+                best, found = met, q
+        return found
+
+    def agreement(self, k1: int, q1: int, k2: int, q2: int) -> int:
+        """How deep state ``q1`` of lexeme ``k1`` and ``q2`` of ``k2`` agree (every string of
+        at most that many bytes, up to the longest token, is alive / accepted from both
+        or from neither; ``ByteDFA.agreement_depth``), memoized."""
+        key = (k1, q1, k2, q2) if (k1, q1) <= (k2, q2) else (k2, q2, k1, q1)
+        d = self._agreement.get(key)
+        if d is None:
+            dfas = self.tables.lex_dfas
+            probe = self._probes.get((k1, k2))
+            if probe is None:
+                probe = self._probes[(k1, k2)] = probe_bytes(dfas[k1], dfas[k2])
+            d = dfas[k1].agreement_depth(q1, q2, self.token_table.max_len, other=dfas[k2], probe=probe)
+            if len(self._agreement) >= 100_000:
+                self._agreement = {}  # a reader holding the old dict still reads correct values
+            self._agreement[key] = d
+        return d
+
+    def inside_neighbours(self, context) -> tuple:
+        """The (lexeme states, mask) of recent positions inside lexemes with this parser
+        context: the same lexemes, started where the chart has equal signatures. Such a
+        position's future differs only through the lexeme states (see
+        ``Matcher._neighbour_words``)."""
+        found = self._inside_masks.get(context)
+        return tuple(found) if found else ()
+
+    def store_inside_mask(self, context, states: tuple, words: np.ndarray) -> None:
+        if not self.INSIDE_NEIGHBORS:
+            return
+        with self._lock:
+            found = self._inside_masks.get(context)
+            if found is None:
+                found = self._inside_masks[context] = deque(maxlen=self.INSIDE_NEIGHBORS)
+                # the masks are those of the mask cache (the same arrays) while it holds them
+                while len(self._inside_masks) > max(16, self._mask_cache_size // (2 * self.INSIDE_NEIGHBORS)):
+                    self._inside_masks.popitem(last=False)
+            else:
+                self._inside_masks.move_to_end(context)
+            if all(st != states for st, _ in found):
+                found.appendleft((states, words))
 
     def _classify_near(self, lexeme: int, state: int, near: LexemeTokens, depth: int) -> LexemeTokens:
         """``near`` classified a state that agrees with ``state`` on all strings of at most
@@ -196,6 +289,10 @@ class CompiledGrammar:
         for k, dfa in enumerate(self.tables.lex_dfas):
             for q in range(dfa.n_states):
                 found = self.lexeme_tokens(k, q)
+                with self._lock:
+                    # every state classified here may carry dropped exits, its own or
+                    # (reused for its short tokens) those of a state of its lexeme
+                    self._filtered.add((k, q))
                 if found.n_exits:
                     filtered = self._drop_hopeless_exits(found, k, q)
                     with self._lock:

@@ -19,6 +19,11 @@ _HORIZONS = (2, 3, 4, 5, 6, 8, 12)
 #: below this many undecided tokens, deeper horizons (each a signature and a walk) are
 #: skipped for one walk on the whole chart
 _FEW = 16
+#: a position inside lexemes looks for a neighbour's mask (Matcher._neighbour_words) only
+#: when its lexeme states have more exit tokens than this: fewer are walked quickly
+_NEIGHBOR_EXITS = 64
+#: a token with this many bytes left to walk inside lexemes jumps to its next completion
+_LONG_REST = 8
 
 
 def _successor(prefix: bytes) -> bytes | None:
@@ -234,11 +239,90 @@ class Matcher:
 
     def _compute_words(self, cur) -> np.ndarray:
         cg = self._cg
+        classes = [cg.lexeme_tokens(k, q) for k, q in cur.scans]
+        if cur.items or not cg.INSIDE_NEIGHBORS or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
+            return self._full_words(cur, classes)
+        found = self._inside_context(cur)
+        if found is None:
+            return self._full_words(cur, classes)
+        context, states = found
+        words = self._neighbour_words(cur, context, states, classes)
+        if words is None:
+            words = self._full_words(cur, classes)
+        cg.store_inside_mask(context, states, words)
+        return words
+
+    def _inside_context(self, cur) -> tuple[tuple, tuple] | None:
+        """For a position inside lexemes (no parser items): its parser context, each
+        lexeme with the signatures of the sets it started from, and the lexemes' states
+        in the same order; None when two scans share a context entry (no pairing)."""
+        chart = self._chart
+        parts = []
+        for (k, q), origins in cur.scans.items():
+            sigs = []
+            for o in origins:
+                sig = chart[o].sig
+                if sig is None:
+                    return None
+                sigs.append(sig)
+            parts.append(((k, tuple(sorted(sigs))), q))
+        parts.sort()
+        context = tuple(entry for entry, _ in parts)
+        if len(set(context)) != len(context):
+            return None
+        return context, tuple(q for _, q in parts)
+
+    def _neighbour_words(self, cur, context: tuple, states: tuple, classes: list) -> np.ndarray | None:
+        """The mask from that of a recent position with the same parser context whose
+        lexeme states agree with these on every string of at most ``d`` bytes: a token
+        that short is allowed at both or at neither (byte by byte the same lexemes die,
+        go on and complete, from the same origins, so the parser steps alike); only the
+        longer tokens are decided here. Positions in a counted lexeme (a string with a
+        maxLength, a bounded number) are distinct states that agree that deep. None when
+        no recent position agrees deep enough for most tokens. ``classes``: the lexeme
+        states' classes, in the order of ``cur.scans``."""
+        cg = self._cg
+        tt = cg.token_table
+        best, near = -1, None
+        for prev, words in cg.inside_neighbours(context):
+            d = tt.max_len
+            for (k, _), q1, q2 in zip(context, prev, states):
+                if q1 != q2:
+                    d = min(d, cg.agreement(k, q1, k, q2))
+                    if d <= best:
+                        break
+            if d > best:
+                best, near = d, words
+        if near is None or tt.n_longer[min(best, tt.max_len)] > cg.NEIGHBOR_SHARE * len(tt.sorted_bytes):
+            return None
+        long, short_ids, short_ranks = tt.longer_than(best)
+        words = near & short_ids
+        if not long.size:
+            return words
+        long_ids, long_ranks = ~short_ids, ~short_ranks
+        exits = None
+        for lt in classes:
+            words |= lt.inside & long_ids
+            if lt.n_exits:
+                part = lt.exits & long_ranks
+                exits = part if exits is None else np.bitwise_or(exits, part, out=exits)
+        if exits is not None and exits.any():
+            cands = np.flatnonzero(bitmask.unpack(exits, len(tt.sorted_bytes)))
+            ids = tt.rank_to_id[cands]
+            known = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
+            cands = cands[known == 0]
+            if cands.size:
+                words |= self._exit_words(cands, longer_than=best)
+        return words
+
+    def _full_words(self, cur, classes: list) -> np.ndarray:
+        """The mask from the classes of the lexeme states of ``cur`` (in the order of
+        ``cur.scans``): their inside tokens, and the exit tokens the parser accepts."""
+        cg = self._cg
         tt = cg.token_table
         words = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         exits = None
-        for k, q in cur.scans:
-            lt = cg.lexeme_tokens(k, q)
+        for lt in classes:
             words |= lt.inside
             if lt.n_exits:
                 exits = lt.exits.copy() if exits is None else np.bitwise_or(exits, lt.exits, out=exits)
@@ -253,7 +337,7 @@ class Matcher:
             bitmask.set_bits(words, cg.eos_ids)
         return words
 
-    def _exit_words(self, cands: np.ndarray) -> np.ndarray:
+    def _exit_words(self, cands: np.ndarray, longer_than: int | None = None) -> np.ndarray:
         """Packed mask of the exit tokens the parser accepts from here.
 
         Most exit tokens only look a few parser levels up (``",`` closes a string and a
@@ -262,7 +346,8 @@ class Matcher:
         and reused in every context that agrees up to it; the tokens it cannot decide go
         on to the next horizon, and finally to the whole chart. A horizon at which ending
         any of the current lexemes already looks beyond it decides nothing and is skipped
-        without a walk.
+        without a walk. ``longer_than``: ``cands`` are only the exit tokens longer than
+        that many bytes (part of the cache key: an entry is for one candidate set).
         """
         cg = self._cg
         chart = self._chart
@@ -272,7 +357,7 @@ class Matcher:
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         exiting = None  # the scans with exit tokens, found on the first horizon to walk
         for depth in _HORIZONS:
-            key = (depth, local.at(depth))
+            key = (depth, local.at(depth)) if longer_than is None else (depth, local.at(depth), longer_than)
             entry = cg.cached_exits(key)
             if entry is None:
                 if exiting is None:
@@ -336,7 +421,10 @@ class Matcher:
                 lo, hi = 0, len(rs)
                 if not hi:
                     return
-            if not cur.items and hi - lo >= 4:
+            # inside lexemes only: run their DFAs to the next completion at once, for
+            # a group of tokens, or for one with a long way to go (a run of spaces
+            # across a counted string) that byte by byte would cost a pass per byte
+            if not cur.items and (hi - lo >= 4 or max(len(key(rs[lo])), len(key(rs[hi - 1]))) - depth >= _LONG_REST):
                 jump(rs[lo:hi], depth)
                 return
             allowed = tables.allowed_bytes(cur)
