@@ -306,7 +306,7 @@ def worker_main() -> None:
         finally:
             os.close(fd)
 
-    fork = job.get("fork", True) and hasattr(os, "fork") and hasattr(os, "pidfd_open")
+    fork = job.get("fork", False) and hasattr(os, "fork") and hasattr(os, "pidfd_open")
     for case in job["cases"]:
         emit(event="phase", phase="case", case=case["key"])
         if fork and not case.get("reps") and job.get("case_limit_s"):
@@ -706,9 +706,11 @@ def _parse_args(argv):
     ap.add_argument("--all-tokenizers", action="store_true",
                     help="quick mode: run every workload with every tokenizer (by default the "
                     f"{', '.join(FIRST_TOKENIZER_ONLY)} workloads use only the first tokenizer)")
-    ap.add_argument("--no-fork", action="store_true",
-                    help="run each case of a multi-case workload in the worker itself instead of a "
-                    "forked child (a timeout then costs a worker restart)")
+    ap.add_argument("--fork", action="store_true",
+                    help="run each case of a multi-case workload in a child forked from the prepared "
+                    "worker (a timeout costs only that case instead of a worker restart, but every case "
+                    "then pays the fork's copy-on-write page faults in its compile and first masks); by "
+                    "default cases run in the worker itself, as in a serving process")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -800,7 +802,7 @@ def main(argv=None) -> int:
                                              for t in c.texts]))
             job = {"lib": lib, "tokenizer": tk, "tokenizer_path": _tokenizer_path(tk),
                    "cases": cases, "text_budget_s": limits.text_budget, "options": options,
-                   "case_limit_s": limits.case, "fork": not args.no_fork}
+                   "case_limit_s": limits.case, "fork": args.fork}
             t0 = time.time()
             kinds = getattr(ADAPTERS.get(lib), "kinds", None)
             if kinds is not None and not any(c["kind"] in kinds for c in cases):
@@ -820,6 +822,8 @@ def main(argv=None) -> int:
             "seed": args.seed,
             "compile_reps": reps,
             "case_compile_reps": args.case_reps,
+            "case_process": ("a child forked from the prepared worker per case" if args.fork
+                             else "the worker process, one case after another (a timeout restarts the worker)"),
             "limits_seconds": vars(limits),
             "machine": _machine(),
             "loadavg_start": load_start,

@@ -60,8 +60,8 @@ def summarize(run: dict) -> dict:
     applicable = [c for c in cs if c.get("status") not in ("n/a", "not_run")]
     compiled = [c for c in applicable if c.get("compile", {}).get("seconds")]
     if len(cs) > 1:
-        # multi-case: one value per case, the median of its repetitions in the case's
-        # process when there were any (the first compile ran in a freshly forked process)
+        # multi-case: one value per case, the median of its repetitions when there were any
+        # (the first compile of a case pays what the case's process has not warmed yet)
         comp_s = [case_compile_s(c) for c in compiled]
         first_s = [c["compile"]["seconds"][0] for c in compiled]
     else:
@@ -296,7 +296,8 @@ def markdown(results: dict) -> str:
     L.append(f"- Command: `{meta['command'].strip()}` (mode: {meta['mode']}, seed {meta['seed']}, "
              f"{meta['compile_reps']} compile repetitions after the cold one for json/python"
              + (f", {meta['case_compile_reps']} per case after the first for JSON Schema"
-                if meta.get("case_compile_reps") else "") + ")")
+                if meta.get("case_compile_reps") else "") + ")"
+             + (f"; JSON Schema / Lark / GBNF cases run in {meta['case_process']}" if meta.get("case_process") else ""))
     L.append(f"- Date: {meta['date']}; wall time {meta['wall_seconds']:.0f} s")
     L.append(f"- Machine: {mach['cpu']}, {mach['usable_cores']} usable cores "
              f"({mach['logical_cores']} logical), {_f(_mb(mach.get('memory_bytes')), '{:.0f}')} MiB RAM, "
@@ -402,9 +403,8 @@ def markdown(results: dict) -> str:
     L.append("## Details per workload and tokenizer\n")
     L.append("Tokenizer preprocessing in s; compile in ms (json/python: the first compile in a "
              "fresh process and the repetitions; multi-case workloads: one value per case, the "
-             "median of the repetitions in the case's process after its first compile, or that "
-             "first compile when it took 1 s or more; the first compiles, made in a process just "
-             "forked for the case, are listed below the table); "
+             "median of the repetitions after its first compile, or that first compile when it "
+             "took 1 s or more; the first compiles are listed below the table); "
              "compile memory = RSS peak minus RSS before, max over cases (includes native "
              "allocations); mask latency in µs over all steps of all valid texts. In the gramgen "
              "row, (r×) = gramgen / best peer. Valid / invalid: texts accepted / rejected among "
@@ -452,7 +452,7 @@ def markdown(results: dict) -> str:
         firsts = [(lib, s["compile_first_s"]) for lib, s in sums.items()
                   if s["status"] in RAN and s.get("compile_first_s")]
         if firsts:
-            L.append("First compile of each case, in the process just forked for it, p50 / p99 ms: "
+            L.append("First compile of each case, p50 / p99 ms: "
                      + "; ".join(f"{lib} {f['p50'] * 1e3:.1f} / {f['p99'] * 1e3:.1f}" for lib, f in firsts) + "\n")
         if w == "jsonschema":
             L.append(f"![compile time vs schema size](compile_vs_size_{w}_{tk}.png)\n")
