@@ -35,6 +35,24 @@ check_buffer(const Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t min_items, c
     return 0;
 }
 
+/* The trie arrays' header, checked before a walk: first_start (ranks of each first byte,
+ * 257 non-decreasing offsets within the ranks) and a positive max_len. */
+static int
+check_trie(const int64_t *first_start, Py_ssize_t n_ranks, Py_ssize_t max_len)
+{
+    for (int b = 0; b < 257; b++) {
+        if (first_start[b] < 0 || first_start[b] > n_ranks || (b && first_start[b] < first_start[b - 1])) {
+            PyErr_SetString(PyExc_ValueError, "first_start is inconsistent");
+            return -1;
+        }
+    }
+    if (max_len < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_len must be positive");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 classify(PyObject *self, PyObject *args)
 {
@@ -73,16 +91,8 @@ classify(PyObject *self, PyObject *args)
 
     /* first_start is checked here, each token and each DFA step in the walk (cheap
      * compares), so that inconsistent arrays raise instead of reading out of bounds */
-    for (int b = 0; b < 257; b++) {
-        if (first_start[b] < 0 || first_start[b] > n_ranks || (b && first_start[b] < first_start[b - 1])) {
-            PyErr_SetString(PyExc_ValueError, "first_start is inconsistent");
-            goto done;
-        }
-    }
-    if (max_len < 1) {
-        PyErr_SetString(PyExc_ValueError, "max_len must be positive");
+    if (check_trie(first_start, n_ranks, max_len))
         goto done;
-    }
     int32_t *st = calloc((size_t)max_len + 1, sizeof(int32_t));
     uint8_t *may_end = calloc((size_t)max_len + 1, 1);
     if (!st || !may_end) {
@@ -215,16 +225,8 @@ classify_pair(PyObject *self, PyObject *args)
     const int64_t n_inside_bits = (int64_t)(inside_b.len / 4) * 32, blob_len = blob_b.len;
     const int32_t sink1 = (int32_t)(n_rows - 1), sink2 = (int32_t)(n_rows2 - 1);
     const int same = T1 == T2 && n_rows == n_rows2;
-    for (int b = 0; b < 257; b++) {
-        if (first_start[b] < 0 || first_start[b] > n_ranks || (b && first_start[b] < first_start[b - 1])) {
-            PyErr_SetString(PyExc_ValueError, "first_start is inconsistent");
-            goto done;
-        }
-    }
-    if (max_len < 1) {
-        PyErr_SetString(PyExc_ValueError, "max_len must be positive");
+    if (check_trie(first_start, n_ranks, max_len))
         goto done;
-    }
     /* per depth along the current token: both states, both may-end flags, and whether
      * the walk still follows both (1) or `state` alone (0) */
     int32_t *st1 = calloc((size_t)max_len + 1, sizeof(int32_t)), *st2 = calloc((size_t)max_len + 1, sizeof(int32_t));

@@ -80,6 +80,9 @@ class CompiledGrammar:
         self._recent: dict[int, deque] = {}  # lexeme -> its states classified last
         self._recent_any: deque = deque(maxlen=4 * self.NEIGHBORS)  # (lexeme, state) classified last
         self._filtered: set = set()  # (lexeme, state) whose hopeless exits were dropped
+        #: dense states by what each byte leads to (dead / alive / accepting): candidates
+        #: for reuse across lexemes beyond the last classified (see :meth:`_classify`)
+        self._by_ahead: dict[bytes, deque] = {}
         self._mask_cache: OrderedDict = OrderedDict()
         #: parser context of a position inside lexemes -> its recent (lexeme states, mask)
         self._inside_masks: OrderedDict = OrderedDict()
@@ -144,9 +147,21 @@ class CompiledGrammar:
         candidates_same = tuple(self._recent.get(lexeme, ()))
         candidates = [(lexeme, q) for q in candidates_same]
         follow_bytes, filtered = self.tables.follow_bytes, self._filtered
-        candidates += [(k, q) for k, q in tuple(self._recent_any) if k != lexeme and (
+        # states of other lexemes: the last classified, and those that look the same one
+        # byte ahead (equal states do: the value body of two key-value lexemes)
+        row = table[state]
+        ahead = (alive.view(np.uint8) | (acc[row].view(np.uint8) << 1)).tobytes() + bytes((int(acc[state]),))
+        others = tuple(self._recent_any) + tuple(self._by_ahead.get(ahead, ()))
+        candidates += [(k, q) for k, q in dict.fromkeys(others) if k != lexeme and (
             followers[k] == followers[lexeme]
             or follow_bytes[k] == follow_bytes[lexeme] and (k, q) not in filtered)]
+        with self._lock:
+            found = self._by_ahead.get(ahead)
+            if found is None:
+                if len(self._by_ahead) >= 4096:
+                    self._by_ahead = {}  # a reader holding the old dict still reads correct values
+                found = self._by_ahead[ahead] = deque(maxlen=self.NEIGHBORS)
+            found.appendleft((lexeme, state))
         depth, near = -1, None
         for k, q in candidates:
             d = self.agreement(k, q, lexeme, state)
