@@ -328,8 +328,10 @@ classify_pair(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     if (bad)
         PyErr_SetString(PyExc_ValueError, "inconsistent token table or DFA table");
-    else
-        result = Py_None, Py_INCREF(Py_None);
+    else {
+        result = Py_None;
+        Py_INCREF(result);
+    }
 freed:
     free(st1);
     free(st2);
