@@ -37,8 +37,11 @@ def is_nothing(rx: Regex) -> bool:
     return isinstance(rx, Alt) and not rx.items
 
 
-def _as_repeat(rx: Regex) -> Repeat:
-    return rx if isinstance(rx, Repeat) else Repeat(rx, 1, 1)
+def _repeat_parts(rx: Regex) -> tuple[Regex, int, int | None]:
+    """(item, min, max) of ``rx`` seen as a repeat (``x`` is ``x{1,1}``)."""
+    if isinstance(rx, Repeat):
+        return rx.item, rx.min, rx.max
+    return rx, 1, 1
 
 
 def _add(a: int | None, b: int | None) -> int | None:
@@ -47,10 +50,11 @@ def _add(a: int | None, b: int | None) -> int | None:
 
 def _merge_repeats(x: Regex, y: Regex) -> Regex | None:
     """``x y`` as one Repeat when both repeat the same regex (``a a*`` -> ``a+``)."""
-    rx, ry = _as_repeat(x), _as_repeat(y)
-    if rx.item != ry.item:
+    xi, xmin, xmax = _repeat_parts(x)
+    yi, ymin, ymax = _repeat_parts(y)
+    if xi is not yi and xi != yi:
         return None
-    return Repeat(rx.item, rx.min + ry.min, _add(rx.max, ry.max))
+    return Repeat(xi, xmin + ymin, _add(xmax, ymax))
 
 
 def seq(items: Iterable[Regex]) -> Regex:
