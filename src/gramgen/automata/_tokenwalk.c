@@ -181,50 +181,47 @@ done:
     return result;
 }
 
-/* classify_pair(table, acc, follow, state, table2, acc2, state2, blob, offsets, lcp, max_len,
- *               first_start, rank_to_id, inside, exits)
+/* classify_pair(table, acc, follow, state, state2, blob, offsets, lcp, max_len, first_start,
+ *               rank_to_id, inside, exits)
  *
- * classify() for `state` given the classes of `state2` (of `table2`, a lexeme with the
- * same follow bytes), which `inside` and `exits` hold on entry. Each token is walked from
- * both states in step. While both stay alive with the same acceptance and may-end flag,
- * the two agree so far; once both reach the same state of the same table, or both die at
- * the same byte, they agree on the token and on every token sharing those bytes, which
- * keep their bits. A token that tells the two apart is walked on from `state` alone and
- * its bits are rewritten. Same checks and trie walk as classify(); two states of a
- * lexeme that differ only within a few bytes (a key automaton inside one of its
- * excluded names, and one past them) agree after those bytes on almost every token. */
+ * classify() for `state` given the classes of `state2` (another state of the same DFA),
+ * which `inside` and `exits` hold on entry. Each token is walked from both states in
+ * step. While both stay alive with the same acceptance and may-end flag, the two agree so
+ * far; once both reach the same state, or both die at the same byte, they agree on the
+ * token and on every token sharing those bytes, which keep their bits. A token that tells
+ * the two apart is walked on from `state` alone and its bits are rewritten. Same checks
+ * and trie walk as classify(); two states of a lexeme that differ only within a few bytes
+ * (a key automaton inside one of its excluded names, and one past them) meet again after
+ * those bytes on almost every token. */
 static PyObject *
 classify_pair(PyObject *self, PyObject *args)
 {
-    Py_buffer t1_b, a1_b, follow_b, t2_b, a2_b, blob_b, offsets_b, lcp_b, first_b, ids_b, inside_b, exits_b;
+    Py_buffer table_b, acc_b, follow_b, blob_b, offsets_b, lcp_b, first_b, ids_b, inside_b, exits_b;
     int state, state2;
     Py_ssize_t max_len;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*iy*y*y*ny*y*w*w*", &t1_b, &a1_b, &follow_b, &state, &t2_b, &a2_b,
-                          &state2, &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b))
+    if (!PyArg_ParseTuple(args, "y*y*y*iiy*y*y*ny*y*w*w*", &table_b, &acc_b, &follow_b, &state, &state2,
+                          &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b))
         return NULL;
-    const Py_ssize_t n_rows = t1_b.len / (256 * 4), n_rows2 = t2_b.len / (256 * 4);
+    const Py_ssize_t n_rows = table_b.len / (256 * 4);
     const Py_ssize_t n_ranks = lcp_b.len / 4;
-    if (check_buffer(&t1_b, 4, 256, "table") || t1_b.len % (256 * 4) != 0
-        || check_buffer(&t2_b, 4, 256, "table2") || t2_b.len % (256 * 4) != 0
-        || check_buffer(&a1_b, 1, n_rows, "acc") || check_buffer(&a2_b, 1, n_rows2, "acc2")
-        || check_buffer(&follow_b, 1, 256, "follow")
+    if (check_buffer(&table_b, 4, 256, "table") || table_b.len % (256 * 4) != 0
+        || check_buffer(&acc_b, 1, n_rows, "acc") || check_buffer(&follow_b, 1, 256, "follow")
         || check_buffer(&offsets_b, 8, n_ranks + 1, "offsets") || check_buffer(&lcp_b, 4, 0, "lcp")
         || check_buffer(&first_b, 8, 257, "first_start") || check_buffer(&ids_b, 8, n_ranks, "rank_to_id")
         || check_buffer(&inside_b, 4, 0, "inside") || check_buffer(&exits_b, 4, (n_ranks + 31) / 32, "exits"))
         goto done;
-    if (state < 0 || state >= n_rows - 1 || state2 < 0 || state2 >= n_rows2 - 1) {
-        PyErr_Format(PyExc_ValueError, "state %d or %d is not a state of its table", state, state2);
+    if (state < 0 || state >= n_rows - 1 || state2 < 0 || state2 >= n_rows - 1) {
+        PyErr_Format(PyExc_ValueError, "state %d or %d is not a state of the table", state, state2);
         goto done;
     }
-    const int32_t *T1 = t1_b.buf, *T2 = t2_b.buf;
-    const uint8_t *A1 = a1_b.buf, *A2 = a2_b.buf, *follow = follow_b.buf, *blob = blob_b.buf;
+    const int32_t *T = table_b.buf;
+    const uint8_t *A = acc_b.buf, *follow = follow_b.buf, *blob = blob_b.buf;
     const int64_t *offsets = offsets_b.buf, *first_start = first_b.buf, *rank_to_id = ids_b.buf;
     const int32_t *lcp = lcp_b.buf;
     uint32_t *inside = inside_b.buf, *exits = exits_b.buf;
     const int64_t n_inside_bits = (int64_t)(inside_b.len / 4) * 32, blob_len = blob_b.len;
-    const int32_t sink1 = (int32_t)(n_rows - 1), sink2 = (int32_t)(n_rows2 - 1);
-    const int same = T1 == T2 && n_rows == n_rows2;
+    const int32_t sink = (int32_t)(n_rows - 1);
     if (check_trie(first_start, n_ranks, max_len))
         goto done;
     /* per depth along the current token: both states, both may-end flags, and whether
@@ -240,7 +237,7 @@ classify_pair(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (int b = 0; b < 256 && !bad; b++) {
         int64_t r = first_start[b], hi = first_start[b + 1];
-        if (r >= hi || (T1[(int64_t)state * 256 + b] == sink1 && T2[(int64_t)state2 * 256 + b] == sink2))
+        if (r >= hi || (T[(int64_t)state * 256 + b] == sink && T[(int64_t)state2 * 256 + b] == sink))
             continue;  /* both die at the first byte: no bits either way */
         st1[0] = state;
         st2[0] = state2;
@@ -261,25 +258,25 @@ classify_pair(PyObject *self, PyObject *args)
             int agreed = 0;
             while (d < len) {
                 const uint8_t byte = tok[d];
-                if (d && !x1 && A1[q1] && follow[byte])
+                if (d && !x1 && A[q1] && follow[byte])
                     x1 = 1;
-                q1 = T1[(int64_t)q1 * 256 + byte];
-                if ((uint32_t)q1 > (uint32_t)sink1) {
+                q1 = T[(int64_t)q1 * 256 + byte];
+                if ((uint32_t)q1 > (uint32_t)sink) {
                     bad = 1;
                     break;
                 }
                 if (both) {
-                    if (d && !x2 && A2[q2] && follow[byte])
+                    if (d && !x2 && A[q2] && follow[byte])
                         x2 = 1;
-                    q2 = T2[(int64_t)q2 * 256 + byte];
-                    if ((uint32_t)q2 > (uint32_t)sink2) {
+                    q2 = T[(int64_t)q2 * 256 + byte];
+                    if ((uint32_t)q2 > (uint32_t)sink) {
                         bad = 1;
                         break;
                     }
-                    const int dead1 = q1 == sink1, dead2 = q2 == sink2;
-                    if (x1 != x2 || dead1 != dead2 || (!dead1 && A1[q1] != A2[q2]))
+                    const int dead1 = q1 == sink, dead2 = q2 == sink;
+                    if (x1 != x2 || dead1 != dead2 || (!dead1 && A[q1] != A[q2]))
                         both = 0;
-                    else if (dead1 || (same && q1 == q2))
+                    else if (q1 == q2)  /* the same state, or both dead */
                         agreed = 1;
                 }
                 d++;
@@ -288,7 +285,7 @@ classify_pair(PyObject *self, PyObject *args)
                 e1[d] = x1;
                 e2[d] = x2;
                 pair[d] = both;
-                if (agreed || q1 == sink1)
+                if (agreed || q1 == sink)
                     break;
             }
             if (bad)
@@ -300,7 +297,7 @@ classify_pair(PyObject *self, PyObject *args)
                 d0 = r < hi ? lcp[r] : 0;
                 continue;
             }
-            if (q1 != sink1) {  /* alive at its last byte: inside */
+            if (q1 != sink) {  /* alive at its last byte: inside */
                 int64_t id = rank_to_id[r];
                 inside[id >> 5] |= (uint32_t)1 << (id & 31);
                 exits[r >> 5] &= ~((uint32_t)1 << (r & 31));
@@ -339,11 +336,9 @@ freed:
     free(e2);
     free(pair);
 done:
-    PyBuffer_Release(&t1_b);
-    PyBuffer_Release(&a1_b);
+    PyBuffer_Release(&table_b);
+    PyBuffer_Release(&acc_b);
     PyBuffer_Release(&follow_b);
-    PyBuffer_Release(&t2_b);
-    PyBuffer_Release(&a2_b);
     PyBuffer_Release(&blob_b);
     PyBuffer_Release(&offsets_b);
     PyBuffer_Release(&lcp_b);
@@ -638,8 +633,9 @@ static PyMethodDef methods[] = {
      "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits)"
      " -> number of exit tokens; sets the bits of inside (by token id) and exits (by rank)."},
     {"classify_pair", classify_pair, METH_VARARGS,
-     "classify_pair(table, acc, follow, state, table2, acc2, state2, blob, offsets, lcp, max_len, first_start,"
-     " rank_to_id, inside, exits): classify() from the classes of state2, held by inside and exits on entry."},
+     "classify_pair(table, acc, follow, state, state2, blob, offsets, lcp, max_len, first_start, rank_to_id,"
+     " inside, exits): classify() from the classes of state2 (of the same DFA), held by inside and exits on"
+     " entry."},
     {"run_suffixes", run_suffixes, METH_VARARGS,
      "run_suffixes(table, acc, follow, state, ranks, depth, blob, offsets, alive_end, may_end)"},
     {"first_ends", first_ends, METH_VARARGS,

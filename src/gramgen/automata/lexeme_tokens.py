@@ -93,18 +93,16 @@ def classify_tokens_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, s
 
 
 def classify_tokens_from(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int, follow: np.ndarray,
-                         table2: np.ndarray, acc2: np.ndarray, state2: int, ref: LexemeTokens) -> LexemeTokens:
-    """:func:`classify_tokens` for ``state`` given ``ref``, the classes of ``state2`` (of
-    ``table2``, a lexeme with the same follow bytes): only the tokens on which the two
-    states part ways are classified again (``_tokenwalk.classify_pair``). Requires the
-    native kernel."""
+                         state2: int, ref: LexemeTokens) -> LexemeTokens:
+    """:func:`classify_tokens` for ``state`` given ``ref``, the classes of ``state2`` of the
+    same DFA: only the tokens on which the two states part ways are classified again
+    (``_tokenwalk.classify_pair``). Requires the native kernel."""
     if _tokenwalk is None:
         raise RuntimeError("gramgen's native kernel (gramgen.automata._tokenwalk) is not built")
     inside, exits = ref.inside.copy(), ref.exits.copy()
     if len(tt.sorted_bytes):
         _tokenwalk.classify_pair(
-            np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc), _as_u8(follow), int(state),
-            np.ascontiguousarray(table2, dtype=np.int32), _as_u8(acc2), int(state2),
+            np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc), _as_u8(follow), int(state), int(state2),
             tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits)
     return LexemeTokens(inside=inside, exits=exits, n_exits=count(exits))
 

@@ -33,9 +33,9 @@ class CompiledGrammar:
     AUTO_PRECOMPUTE_STATES = 64
 
     #: a lexeme state reuses the classification of a recent state (one of the last
-    #: NEIGHBORS classified of its lexeme, or of the last 2 * NEIGHBORS of any lexeme with
-    #: the same followers) when at most this share of the tokens is longer than the depth
-    #: to which the two agree; only those are walked (see :meth:`_classify`)
+    #: NEIGHBORS classified of its lexeme, or of another lexeme with the same follow bytes,
+    #: see :meth:`_classify`) when at most this share of the tokens is longer than the
+    #: depth to which the two agree; only those are walked
     NEIGHBOR_SHARE = 0.1
     NEIGHBORS = 4
     #: a state whose first bytes start fewer than 1 / SPARSE_SHARE of the tokens is
@@ -172,8 +172,7 @@ class CompiledGrammar:
         if candidates_same and self.PAIR_WALK and _lexeme_tokens.NATIVE:
             q = self._pair_candidate(table, state, alive, n_alive, candidates_same)
             if q is not None:
-                return classify_tokens_from(tt, table, acc, state, follow, table, acc, q,
-                                            self._lexeme_tokens[(lexeme, q)])
+                return classify_tokens_from(tt, table, acc, state, follow, q, self._lexeme_tokens[(lexeme, q)])
         return classify_tokens(tt, table, acc, state, follow)
 
     def _pair_candidate(self, table: np.ndarray, state: int, alive: np.ndarray, n_alive: int,
@@ -197,7 +196,9 @@ class CompiledGrammar:
         """How deep state ``q1`` of lexeme ``k1`` and ``q2`` of ``k2`` agree (every string of
         at most that many bytes, up to the longest token, is alive / accepted from both
         or from neither; ``ByteDFA.agreement_depth``), memoized."""
-        key = (k1, q1, k2, q2) if (k1, q1) <= (k2, q2) else (k2, q2, k1, q1)
+        if (k1, q1) > (k2, q2):  # symmetric: one entry per pair
+            k1, q1, k2, q2 = k2, q2, k1, q1
+        key = (k1, q1, k2, q2)
         d = self._agreement.get(key)
         if d is None:
             dfas = self.tables.lex_dfas
