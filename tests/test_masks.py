@@ -15,6 +15,8 @@ import pytest
 import gramgen
 from conftest import ROOT, SCALE, SHARED, TOKENIZER_NAMES, hf_tokenizer, vocabulary
 from reference import ReferenceGrammar, brute_force_mask
+
+from gramgen.automata.token_table import token_table_for
 from textgen import WordSampler, tokenize
 
 #: change to explore other random walks; failures print the text that went wrong
@@ -221,6 +223,76 @@ def test_native_classification_equals_numpy(tokenizer):
                 assert (native.exits == ref.exits).all() and native.n_exits == ref.n_exits, (k, q)
                 checked += 1
     assert checked >= 100
+
+
+def _rest_fields(token: bytes) -> tuple[int, int, int, int]:
+    """The loop-shortcut fields of one token, spelled out (see TokenTable._rests)."""
+    lead = token[0]
+    k = 2 if 0xC2 <= lead < 0xE0 else 3 if 0xE0 <= lead < 0xF0 else 4 if 0xF0 <= lead < 0xF5 else 1
+    k = min(k, len(token))
+    rest, words = token[k:], [0, 0]
+    for byte in rest:
+        bit = 0 if byte == 0 or byte >= 128 else byte
+        words[bit // 64] |= 1 << (bit % 64)
+    try:
+        rest.decode("utf-8")
+        ok = any(byte >= 128 for byte in rest) and 0 not in rest
+    except UnicodeDecodeError:
+        ok = False
+    return k, words[0], words[1], int(ok)
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "qwen2", "llama2"])
+def test_token_table_rest_fields(tokenizer):
+    """The per-token fields of the native walk's loop shortcut (first character length,
+    ASCII bytes of the rest, whether the rest is whole UTF-8) equal a byte-by-byte
+    computation, on a real vocabulary and on made-up tokens (NUL, truncated and invalid
+    UTF-8, surrogates, overlong forms)."""
+    from gramgen.automata.token_table import TokenTable
+
+    odd = [b"\x00a", b"a\x00", b"\xe4\xb8", b"\xe4\xb8\xadx", b"x\xe4\xb8", b"x\xed\xa0\x80", b"x\xc0\xaf",
+           b"\xf0\x9f\x98\x80\xc3\xa9", b"\xff\xfe", b"ab\x7f", b"a\xc3\xa9\x00", b"\xc3\xa9", b" \xc3\xa9t\xc3\xa9"]
+    tables = [token_table_for(vocabulary(tokenizer)), TokenTable(odd)]
+    checked = 0
+    for tt in tables:
+        rng = np.random.default_rng(SEED)
+        ranks = range(len(tt.sorted_bytes)) if len(tt.sorted_bytes) < 100 else rng.choice(len(tt.sorted_bytes), 20_000)
+        for r in ranks:
+            got = (int(tt.char_len[r]), int(tt.rest_bits[r, 0]), int(tt.rest_bits[r, 1]), int(tt.rest_utf8[r]))
+            assert got == _rest_fields(tt.sorted_bytes[r]), tt.sorted_bytes[r]
+            checked += 1
+    assert checked > 20_000 and tables[1].rest_utf8.sum() >= 2
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "qwen2"])
+def test_loop_shortcut_on_partial_utf8_bodies(tokenizer):
+    """The native walk's loop shortcut (a token whose rest loops on the state after its
+    first character is inside without a walk) against the plain native walk and numpy,
+    from every state of patterns whose bodies take some non-ASCII characters and not
+    others (UTF-8 not closed), all of them, or none, and ASCII subsets."""
+    from gramgen.automata import lexeme_tokens
+
+    if lexeme_tokens._tokenwalk is None:
+        assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native kernel was not built"
+        pytest.skip("gramgen.automata._tokenwalk was not built (no C compiler at install)")
+    vocab = vocabulary(tokenizer)
+    checked = 0
+    for pattern in (r"[a-zé中]+", r"[^\x00-\x1f\u4e00-\u9fff]*!", r"[^\x00-\x1f]*", r"[a-z ]{2,}\.",
+                    r"(?:[ -~]|[\u0400-\u04ff])+;", r"\w+ \d*", r"(?:[ -~]|[^\x00-\x7f]\d)*"):
+        cg = gramgen.compile(gramgen.Grammar.from_regex(pattern), vocab, precompute=False)
+        tt = cg.token_table
+        table, acc = cg.sink_tables[0]
+        for q in range(cg.tables.lex_dfas[0].n_states):
+            fast = lexeme_tokens.classify_tokens_native(tt, table, acc, q)
+            plain = (np.zeros(tt.n_words, np.uint32), np.zeros((len(tt.sorted_bytes) + 31) // 32, np.uint32))
+            n = lexeme_tokens._tokenwalk.classify(table, lexeme_tokens._as_u8(acc), np.ones(256, np.uint8), q, tt.blob,
+                                                  tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id,
+                                                  *plain)
+            ref = lexeme_tokens.classify_tokens_numpy(tt, table, acc, q)
+            assert (fast.inside == plain[0]).all() and (fast.exits == plain[1]).all() and fast.n_exits == n, (pattern, q)
+            assert (fast.inside == ref.inside).all() and (fast.exits == ref.exits).all(), (pattern, q)
+            checked += 1
+    assert checked >= 12
 
 
 @pytest.mark.parametrize("tokenizer", ["llama3", "llama2"])

@@ -53,16 +53,118 @@ check_trie(const int64_t *first_start, Py_ssize_t n_ranks, Py_ssize_t max_len)
     return 0;
 }
 
+/* Loop shortcut (classify): a token whose bytes after its first character all keep the
+ * DFA in the state that character led to is inside without walking those bytes. The
+ * token table gives, per rank, the length of the first character (char_len: 2 to 4 for a
+ * UTF-8 lead byte, else 1), the ASCII bytes of the rest as a 128-bit set (rest: bit b for
+ * byte b in 1..127; bit 0 for a NUL or any byte >= 0x80) and whether the rest's non-ASCII
+ * bytes are whole well-formed UTF-8 characters (rest_utf8; never with a NUL). A state
+ * takes such a rest in one test: every ASCII byte in it loops on the state, and, when the
+ * rest has non-ASCII characters, every well-formed UTF-8 character leads from the state
+ * back to it (the body of a string). Most tokens of a vocabulary are a first character
+ * and a rest of letters, digits and punctuation; in a string body they cost a few loads
+ * instead of a DFA step per byte. */
+typedef struct {
+    const uint8_t *char_len;
+    const uint64_t *rest;
+    const uint8_t *rest_utf8;
+    uint64_t *loops;  /* per state, 2 words: the ASCII bytes that loop on it (bit 0 never) */
+    uint8_t *closed;  /* per state: 0 not computed, 1 computed, 2 also closed under UTF-8 */
+} Rests;
+
+/* The well-formed UTF-8 sequences (Unicode table 3-7): per row, its length and the byte
+ * range of each position. */
+static const uint8_t UTF8_ROWS[8][9] = {
+    {2, 0xC2, 0xDF, 0x80, 0xBF},
+    {3, 0xE0, 0xE0, 0xA0, 0xBF, 0x80, 0xBF},
+    {3, 0xE1, 0xEC, 0x80, 0xBF, 0x80, 0xBF},
+    {3, 0xED, 0xED, 0x80, 0x9F, 0x80, 0xBF},
+    {3, 0xEE, 0xEF, 0x80, 0xBF, 0x80, 0xBF},
+    {4, 0xF0, 0xF0, 0x90, 0xBF, 0x80, 0xBF, 0x80, 0xBF},
+    {4, 0xF1, 0xF3, 0x80, 0xBF, 0x80, 0xBF, 0x80, 0xBF},
+    {4, 0xF4, 0xF4, 0x80, 0x8F, 0x80, 0xBF, 0x80, 0xBF},
+};
+
+/* Whether every well-formed UTF-8 character leads from state s back to s without dying:
+ * the set of states after each byte position, kept while it has at most 32 states (more:
+ * not closed, which only forgoes the shortcut). */
+static int
+utf8_closed(const int32_t *table, int32_t sink, int32_t s)
+{
+    int32_t set[32], next[32];
+    for (int row = 0; row < 8; row++) {
+        const uint8_t *spec = UTF8_ROWS[row];
+        int n = 1;
+        set[0] = s;
+        for (int pos = 0; pos < spec[0]; pos++) {
+            const int last = pos + 1 == spec[0];
+            int m = 0;
+            for (int i = 0; i < n; i++) {
+                for (int b = spec[1 + 2 * pos]; b <= spec[2 + 2 * pos]; b++) {
+                    const int32_t t = table[(int64_t)set[i] * 256 + b];
+                    if (t == sink || (last && t != s))
+                        return 0;
+                    if (last)
+                        continue;
+                    int j = 0;
+                    while (j < m && next[j] != t)
+                        j++;
+                    if (j == m) {
+                        if (m == 32)
+                            return 0;
+                        next[m++] = t;
+                    }
+                }
+            }
+            for (int i = 0; i < m; i++)
+                set[i] = next[i];
+            n = m;
+        }
+    }
+    return 1;
+}
+
+/* Fills the loop words and the UTF-8 closure of state s (alive) on first use. */
+static inline void
+state_loops(Rests *x, const int32_t *table, int32_t sink, int32_t s)
+{
+    if (x->closed[s])
+        return;
+    uint64_t w[2] = {0, 0};
+    for (int b = 1; b < 128; b++)
+        if (table[(int64_t)s * 256 + b] == s)
+            w[b >> 6] |= (uint64_t)1 << (b & 63);
+    x->loops[2 * (int64_t)s] = w[0];
+    x->loops[2 * (int64_t)s + 1] = w[1];
+    x->closed[s] = (uint8_t)(1 + utf8_closed(table, sink, s));
+}
+
+/* Whether the rest of token r takes state s (alive) back to s. */
+static inline int
+rest_loops(Rests *x, const int32_t *table, int32_t sink, int32_t s, int64_t r)
+{
+    state_loops(x, table, sink, s);
+    const uint64_t *loops = x->loops + 2 * (int64_t)s;
+    uint64_t m0 = x->rest[2 * r] & ~loops[0];
+    const uint64_t m1 = x->rest[2 * r + 1] & ~loops[1];
+    if (m0 == 1 && x->rest_utf8[r] && x->closed[s] == 2)
+        m0 = 0;
+    return !(m0 | m1);
+}
+
 static PyObject *
 classify(PyObject *self, PyObject *args)
 {
     Py_buffer table_b, acc_b, follow_b, blob_b, offsets_b, lcp_b, first_b, ids_b, inside_b, exits_b;
+    Py_buffer clen_b = {0}, rest_b = {0}, utf8_b = {0};
     int state;
     Py_ssize_t max_len;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*", &table_b, &acc_b, &follow_b, &state,
-                          &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b))
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*", &table_b, &acc_b, &follow_b, &state,
+                          &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b,
+                          &clen_b, &rest_b, &utf8_b))
         return NULL;
+    const int shortcut = clen_b.buf != NULL;
 
     const Py_ssize_t n_rows = table_b.len / (256 * 4);  /* DFA states plus the sink (last) */
     const Py_ssize_t n_ranks = lcp_b.len / 4;
@@ -72,6 +174,12 @@ classify(PyObject *self, PyObject *args)
         || check_buffer(&first_b, 8, 257, "first_start") || check_buffer(&ids_b, 8, n_ranks, "rank_to_id")
         || check_buffer(&inside_b, 4, 0, "inside") || check_buffer(&exits_b, 4, (n_ranks + 31) / 32, "exits"))
         goto done;
+    if (shortcut && (!rest_b.buf || !utf8_b.buf || check_buffer(&clen_b, 1, n_ranks, "char_len")
+                     || check_buffer(&rest_b, 8, 2 * n_ranks, "rest") || check_buffer(&utf8_b, 1, n_ranks, "rest_utf8"))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "char_len, rest and rest_utf8 come together");
+        goto done;
+    }
     if (state < 0 || state >= n_rows - 1) {
         PyErr_Format(PyExc_ValueError, "state %d is not a state of the table", state);
         goto done;
@@ -95,9 +203,16 @@ classify(PyObject *self, PyObject *args)
         goto done;
     int32_t *st = calloc((size_t)max_len + 1, sizeof(int32_t));
     uint8_t *may_end = calloc((size_t)max_len + 1, 1);
-    if (!st || !may_end) {
+    Rests x = {clen_b.buf, rest_b.buf, utf8_b.buf, NULL, NULL};
+    if (shortcut) {
+        x.loops = calloc((size_t)n_rows * 2, sizeof(uint64_t));
+        x.closed = calloc((size_t)n_rows, 1);
+    }
+    if (!st || !may_end || (shortcut && (!x.loops || !x.closed))) {
         free(st);
         free(may_end);
+        free(x.loops);
+        free(x.closed);
         PyErr_NoMemory();
         goto done;
     }
@@ -106,7 +221,8 @@ classify(PyObject *self, PyObject *args)
     const int64_t blob_len = blob_b.len;
     Py_BEGIN_ALLOW_THREADS
     for (int b = 0; b < 256; b++) {
-        if (table[(int64_t)state * 256 + b] == sink)
+        const int32_t s1 = table[(int64_t)state * 256 + b];
+        if (s1 == sink)
             continue;
         int64_t r = first_start[b], hi = first_start[b + 1];
         /* st[d]: the state after d bytes of the current token; may_end[d]: the lexeme may
@@ -114,8 +230,47 @@ classify(PyObject *self, PyObject *args)
          * for d up to the depth the previous token reached, and shared through lcp. */
         st[0] = state;
         may_end[0] = 0;
-        int64_t d0 = 0;
+        st[1] = s1;
+        may_end[1] = 0;
+        /* d0: where the walk of token r starts, the bytes it shares with the last token
+         * walked (valid: how deep that walk filled st and may_end; depth 1 always is) */
+        int64_t d0 = 0, valid = 1;
+        /* the tokens of this first byte whose first character is that byte: the loop
+         * shortcut from s1 in a tight loop, before any walk */
+        const int fast = shortcut && (s1 >= 0 && s1 < sink);
+        uint64_t g0 = 0, g1 = 0;
+        int closed1 = 0;
+        if (fast) {
+            state_loops(&x, table, sink, s1);
+            g0 = x.loops[2 * (int64_t)s1];
+            g1 = x.loops[2 * (int64_t)s1 + 1];
+            closed1 = x.closed[s1] == 2;
+        }
         while (r < hi) {
+            if (fast && x.char_len[r] == 1) {
+                int64_t r0 = r;
+                while (r < hi && x.char_len[r] == 1) {
+                    uint64_t m0 = x.rest[2 * r] & ~g0;
+                    const uint64_t m1 = x.rest[2 * r + 1] & ~g1;
+                    if (m0 == 1 && closed1 && x.rest_utf8[r])
+                        m0 = 0;
+                    if (m0 | m1)
+                        break;
+                    const int64_t id = rank_to_id[r];
+                    if (id < 0 || id >= n_inside_bits) {
+                        bad = 1;
+                        goto walked;
+                    }
+                    inside[id >> 5] |= (uint32_t)1 << (id & 31);
+                    r++;
+                }
+                if (r > r0) {
+                    valid = 1;
+                    if (r >= hi)
+                        break;
+                    d0 = lcp[r] < 1 ? lcp[r] : 1;
+                }
+            }
             const int64_t len = offsets[r + 1] - offsets[r];
             if (len < 1 || len > max_len || offsets[r] < 0 || offsets[r + 1] > blob_len || d0 > len
                 || rank_to_id[r] < 0 || rank_to_id[r] >= n_inside_bits) {
@@ -126,7 +281,17 @@ classify(PyObject *self, PyObject *args)
             int64_t d = d0;
             int32_t q = st[d];
             uint8_t e = may_end[d];
+            /* the loop shortcut is tried once the walk has passed the first character
+             * (tried above already for a one-byte first character) */
+            int64_t k1 = shortcut ? x.char_len[r] : len;
+            if (k1 < 1 || k1 >= len || (fast && k1 == 1))
+                k1 = len;
             while (d < len) {
+                if (d >= k1) {
+                    if (st[k1] != sink && rest_loops(&x, table, sink, st[k1], r))
+                        break;
+                    k1 = len;
+                }
                 if (d && !e && acc[q] && follow[tok[d]])
                     e = 1;
                 q = table[(int64_t)q * 256 + tok[d]];
@@ -140,11 +305,12 @@ classify(PyObject *self, PyObject *args)
                 if (q == sink)
                     break;
             }
-            if (q != sink) {  /* alive at its last byte */
+            valid = d;
+            if (q != sink) {  /* alive at its last byte, or taken back by the rest (shortcut) */
                 int64_t id = rank_to_id[r];
                 inside[id >> 5] |= (uint32_t)1 << (id & 31);
                 r++;
-                d0 = r < hi ? lcp[r] : 0;
+                d0 = r < hi ? (lcp[r] < valid ? lcp[r] : valid) : 0;
                 continue;
             }
             /* dead after d bytes: so is every following token sharing those d bytes */
@@ -162,6 +328,8 @@ walked:
     Py_END_ALLOW_THREADS
     free(st);
     free(may_end);
+    free(x.loops);
+    free(x.closed);
     if (bad)
         PyErr_SetString(PyExc_ValueError, "inconsistent token table or DFA table");
     else
@@ -178,6 +346,13 @@ done:
     PyBuffer_Release(&ids_b);
     PyBuffer_Release(&inside_b);
     PyBuffer_Release(&exits_b);
+    if (shortcut) {
+        PyBuffer_Release(&clen_b);
+        if (rest_b.buf)
+            PyBuffer_Release(&rest_b);
+        if (utf8_b.buf)
+            PyBuffer_Release(&utf8_b);
+    }
     return result;
 }
 
@@ -630,8 +805,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
-     "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits)"
-     " -> number of exit tokens; sets the bits of inside (by token id) and exits (by rank)."},
+     "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits"
+     "[, char_len, rest, rest_utf8]) -> number of exit tokens; sets the bits of inside (by token id) and exits"
+     " (by rank). The last three (TokenTable.char_len, rest_bits, rest_utf8) turn the loop shortcut on."},
     {"classify_pair", classify_pair, METH_VARARGS,
      "classify_pair(table, acc, follow, state, state2, blob, offsets, lcp, max_len, first_start, rank_to_id,"
      " inside, exits): classify() from the classes of state2 (of the same DFA), held by inside and exits on"

@@ -86,7 +86,8 @@ def classify_tokens_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, s
         n_exits = _tokenwalk.classify(
             np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),
             _as_u8(_ALL_BYTES if follow is None else follow), int(state),
-            tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits)
+            tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits,
+            tt.char_len, tt.rest_bits, tt.rest_utf8)
     else:
         n_exits = 0
     return LexemeTokens(inside=inside, exits=exits, n_exits=n_exits)

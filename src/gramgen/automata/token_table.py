@@ -70,11 +70,47 @@ class TokenTable:
                 break
             lcp[1:] += same
         self.lcp = lcp
+        self._rests(blob, starts, lengths)
         self._made_of: dict[bytes, np.ndarray] = {}
         self._by_bytes: dict[bytes, int] | None = None
         #: ``n_longer[d]``: how many tokens are longer than ``d`` bytes
         self.n_longer = (len(ids) - np.cumsum(np.bincount(lengths, minlength=self.max_len + 1))).astype(np.int64)
         self._longer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _rests(self, blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """Per rank, what the native walk's loop shortcut tests (see ``_tokenwalk.c``):
+        ``char_len``, the bytes of the token's first character (2 to 4 after a UTF-8 lead
+        byte, at most the token's length; else 1); ``rest_bits``, the ASCII bytes after it
+        as two 64-bit words (bit ``b`` for byte ``b`` in 1..127; bit 0 for a NUL or a byte
+        >= 0x80); ``rest_utf8``, 1 when that rest holds non-ASCII bytes, no NUL, and is
+        well-formed UTF-8 (whole characters only)."""
+        n = len(lengths)
+        first = blob[starts] if n else np.zeros(0, dtype=np.uint8)
+        lead = np.ones(256, dtype=np.uint8)
+        lead[0xC2:0xE0], lead[0xE0:0xF0], lead[0xF0:0xF5] = 2, 3, 4
+        self.char_len = np.minimum(lead[first], lengths).astype(np.uint8)
+        rest = np.zeros((n, 2), dtype=np.uint64)
+        if n:
+            token_of = np.repeat(np.arange(n), lengths)
+            in_rest = np.arange(blob.size) - starts[token_of] >= self.char_len[token_of]
+            b = blob.astype(np.uint64)
+            bit = np.left_shift(np.uint64(1), b & np.uint64(63))
+            odd = (b == 0) | (b >= 128)
+            bit[odd] = 1
+            for word, sel in ((0, (b < 64) | odd), (1, (b >= 64) & ~odd)):
+                vals = np.where(in_rest & sel, bit, np.uint64(0))
+                rest[:, word] = np.bitwise_or.reduceat(vals, starts)
+        self.rest_bits = rest
+        utf8 = np.zeros(n, dtype=np.uint8)
+        for r in np.flatnonzero(rest[:, 0] & np.uint64(1)):
+            tail = self.sorted_bytes[r][self.char_len[r]:]
+            if b"\0" not in tail:
+                try:
+                    tail.decode("utf-8")
+                    utf8[r] = 1
+                except UnicodeDecodeError:
+                    pass
+        self.rest_utf8 = utf8
 
     def longer_than(self, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The ranks of the tokens longer than ``depth`` bytes (ascending), and packed masks
