@@ -264,21 +264,31 @@ def test_token_table_rest_fields(tokenizer):
     assert checked > 20_000 and tables[1].rest_utf8.sum() >= 2
 
 
-@pytest.mark.parametrize("tokenizer", ["llama3", "qwen2"])
-def test_loop_shortcut_on_partial_utf8_bodies(tokenizer):
-    """The native walk's loop shortcut (a token whose rest loops on the state after its
-    first character is inside without a walk) against the plain native walk and numpy,
-    from every state of patterns whose bodies take some non-ASCII characters and not
-    others (UTF-8 not closed), all of them, or none, and ASCII subsets."""
+@pytest.mark.parametrize("tokenizer", ["llama3", "qwen2", "short"])
+def test_chain_shortcut_against_the_plain_walk(tokenizer):
+    """The native walk's chain shortcut (a token whose rest moves the state after its first
+    character along a chain of states that take the same bytes alike, no further than the
+    chain goes, is inside without a walk) against the plain native walk and numpy, from
+    every state of patterns whose bodies loop or count, and take some non-ASCII characters
+    and not others (UTF-8 not closed), all of them, or none."""
     from gramgen.automata import lexeme_tokens
 
     if lexeme_tokens._tokenwalk is None:
         assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native kernel was not built"
         pytest.skip("gramgen.automata._tokenwalk was not built (no C compiler at install)")
-    vocab = vocabulary(tokenizer)
+    if tokenizer == "short":  # tokens of at most 3 bytes: chains far longer than any token
+        pieces = sorted({bytes([b]) for b in range(1, 128)} | {b"ab", b"a b", b"\xc3\xa9", b"x\xc3\xa9", b"zz.",
+                                                                 b"\"", b"a\"", b"\x00b", b"\xe4\xb8\xad", b"1a"})
+        vocab = gramgen.Vocabulary(pieces + [b""], eos_token_ids=[len(pieces)])
+    else:
+        vocab = vocabulary(tokenizer)
     checked = 0
     for pattern in (r"[a-zé中]+", r"[^\x00-\x1f\u4e00-\u9fff]*!", r"[^\x00-\x1f]*", r"[a-z ]{2,}\.",
-                    r"(?:[ -~]|[\u0400-\u04ff])+;", r"\w+ \d*", r"(?:[ -~]|[^\x00-\x7f]\d)*"):
+                    r"(?:[ -~]|[\u0400-\u04ff])+;", r"\w+ \d*", r"(?:[ -~]|[^\x00-\x7f]\d)*",
+                    # counted bodies (chains of states), shorter and longer than CHAIN_STEPS,
+                    # with all, some or no non-ASCII characters; cycles of two states
+                    r"[a-z ]{2,40}\.", r"[^\x00-\x1f\"]{0,60}\"", r"[ -~é]{3,9}", r"(?:[a-z][a-z])*",
+                    r"(?:[a-z][0-9])*", r"[ -~]{0,12}(?:ab)?[ -~]{0,30}"):
         cg = gramgen.compile(gramgen.Grammar.from_regex(pattern), vocab, precompute=False)
         tt = cg.token_table
         table, acc = cg.sink_tables[0]
@@ -292,7 +302,7 @@ def test_loop_shortcut_on_partial_utf8_bodies(tokenizer):
             assert (fast.inside == plain[0]).all() and (fast.exits == plain[1]).all() and fast.n_exits == n, (pattern, q)
             assert (fast.inside == ref.inside).all() and (fast.exits == ref.exits).all(), (pattern, q)
             checked += 1
-    assert checked >= 12
+    assert checked >= 200
 
 
 @pytest.mark.parametrize("tokenizer", ["llama3", "llama2"])
@@ -396,6 +406,16 @@ def test_native_kernel_rejects_inconsistent_arrays():
 
     def run_pair(**change):
         return call(lexeme_tokens._tokenwalk.classify_pair, pair_args, change)
+
+    # with the chain shortcut's fields: out-of-range entries in the bytes it scans raise too
+    bad_table = table.copy()
+    bad_table[:, ord("a"):ord("z") + 1] = 10**6
+    for q in range(table.shape[0] - 1):
+        with pytest.raises(ValueError):
+            lexeme_tokens._tokenwalk.classify(
+                bad_table, acc.astype(np.uint8), np.ones(256, np.uint8), q, tt.blob, tt.offsets, tt.lcp, tt.max_len,
+                tt.first_start, tt.rank_to_id, np.zeros(tt.n_words, np.uint32),
+                np.zeros((len(tt.sorted_bytes) + 31) // 32, np.uint32), *lexeme_tokens._chain_fields(tt))
 
     run_pair()
     for change in ({"a0": bad_table}, {"a3": table.shape[0] + 5}, {"a4": -1}, {"a6": tt.offsets * 3},

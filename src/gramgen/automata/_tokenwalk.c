@@ -53,23 +53,31 @@ check_trie(const int64_t *first_start, Py_ssize_t n_ranks, Py_ssize_t max_len)
     return 0;
 }
 
-/* Loop shortcut (classify): a token whose bytes after its first character all keep the
- * DFA in the state that character led to is inside without walking those bytes. The
- * token table gives, per rank, the length of the first character (char_len: 2 to 4 for a
- * UTF-8 lead byte, else 1), the ASCII bytes of the rest as a 128-bit set (rest: bit b for
- * byte b in 1..127; bit 0 for a NUL or any byte >= 0x80) and whether the rest's non-ASCII
- * bytes are whole well-formed UTF-8 characters (rest_utf8; never with a NUL). A state
- * takes such a rest in one test: every ASCII byte in it loops on the state, and, when the
- * rest has non-ASCII characters, every well-formed UTF-8 character leads from the state
- * back to it (the body of a string). Most tokens of a vocabulary are a first character
- * and a rest of letters, digits and punctuation; in a string body they cost a few loads
- * instead of a DFA step per byte. */
+/* Chain shortcut (classify): a token whose characters after its first one each move the
+ * DFA one step along a chain of states that all take the same bytes to the next one (a
+ * string body loops on one state; a counted string's body advances its counter) is
+ * inside, without walking those bytes, when the chain is at least that many characters
+ * long. The token table gives, per rank, the length of its first character (char_len: 2
+ * to 4 for a UTF-8 lead byte, else 1), the ASCII bytes of the rest as a 128-bit set
+ * (rest: bit b for byte b in 1..127; bit 0 for a NUL or any byte >= 0x80), whether the
+ * rest's non-ASCII bytes are whole well-formed UTF-8 characters (rest_utf8; never with a
+ * NUL), and how many characters the rest has (rest_chars). Per DFA state, computed on
+ * first use: its step, the state most ASCII bytes lead to; the ASCII bytes that lead
+ * there; whether every well-formed UTF-8 character leads there too; and how many steps
+ * the chain of such states goes on with the same bytes (chain; max_len when it loops).
+ * Most tokens of a vocabulary are a first character and a rest of letters, digits and
+ * punctuation: in a string body they cost a few loads instead of a DFA step per byte. */
 typedef struct {
     const uint8_t *char_len;
     const uint64_t *rest;
     const uint8_t *rest_utf8;
-    uint64_t *loops;  /* per state, 2 words: the ASCII bytes that loop on it (bit 0 never) */
-    uint8_t *closed;  /* per state: 0 not computed, 1 computed, 2 also closed under UTF-8 */
+    const uint16_t *rest_chars;
+    int32_t cap;      /* the longest token: a chain this long takes every rest */
+    uint64_t *bytes;  /* per state, 2 words: the ASCII bytes that lead to its step (bit 0 never) */
+    int32_t *step;    /* per state: the state most ASCII bytes lead to (the sink: none) */
+    int32_t *chain;   /* per state: chain length, -1 until known */
+    uint8_t *info;    /* per state: 0 not computed, 1 computed, 2 also UTF-8 characters step */
+    int32_t *path;    /* scratch, CHAIN_STEPS + 2 states */
 } Rests;
 
 /* The well-formed UTF-8 sequences (Unicode table 3-7): per row, its length and the byte
@@ -85,11 +93,11 @@ static const uint8_t UTF8_ROWS[8][9] = {
     {4, 0xF4, 0xF4, 0x80, 0x8F, 0x80, 0xBF, 0x80, 0xBF},
 };
 
-/* Whether every well-formed UTF-8 character leads from state s back to s without dying:
- * the set of states after each byte position, kept while it has at most 32 states (more:
- * not closed, which only forgoes the shortcut). */
+/* Whether every well-formed UTF-8 character leads from state s to state t: the set of
+ * states after each byte position, kept while it has at most 32 states (more: no, which
+ * only forgoes the shortcut). */
 static int
-utf8_closed(const int32_t *table, int32_t sink, int32_t s)
+utf8_steps(const int32_t *table, int32_t sink, int32_t s, int32_t t)
 {
     int32_t set[32], next[32];
     for (int row = 0; row < 8; row++) {
@@ -101,18 +109,18 @@ utf8_closed(const int32_t *table, int32_t sink, int32_t s)
             int m = 0;
             for (int i = 0; i < n; i++) {
                 for (int b = spec[1 + 2 * pos]; b <= spec[2 + 2 * pos]; b++) {
-                    const int32_t t = table[(int64_t)set[i] * 256 + b];
-                    if (t == sink || (last && t != s))
-                        return 0;
+                    const int32_t u = table[(int64_t)set[i] * 256 + b];
+                    if (u < 0 || u >= sink || (last && u != t))
+                        return 0;  /* dies (or an out-of-range entry: no shortcut) */
                     if (last)
                         continue;
                     int j = 0;
-                    while (j < m && next[j] != t)
+                    while (j < m && next[j] != u)
                         j++;
                     if (j == m) {
                         if (m == 32)
                             return 0;
-                        next[m++] = t;
+                        next[m++] = u;
                     }
                 }
             }
@@ -124,45 +132,158 @@ utf8_closed(const int32_t *table, int32_t sink, int32_t s)
     return 1;
 }
 
-/* Fills the loop words and the UTF-8 closure of state s (alive) on first use. */
-static inline void
-state_loops(Rests *x, const int32_t *table, int32_t sink, int32_t s)
+/* Fills the step, its bytes and its UTF-8 flag of state s (alive) on first use. */
+static void
+state_step(Rests *x, const int32_t *table, int32_t sink, int32_t s)
 {
-    if (x->closed[s])
+    if (x->info[s])
         return;
+    const int32_t *row = table + (int64_t)s * 256;
+    int32_t cand[8];
+    int count[8], n = 0, best = -1;
+    for (int b = 1; b < 128; b++) {
+        const int32_t u = row[b];
+        if (u < 0 || u >= sink)
+            continue;  /* dies, or an out-of-range entry the walk reports */
+        int j = 0;
+        while (j < n && cand[j] != u)
+            j++;
+        if (j == n) {
+            if (n == 8)
+                continue;  /* a ninth target: rare, and missing it only forgoes the shortcut */
+            cand[n] = u;
+            count[n++] = 0;
+        }
+        count[j]++;
+        if (best < 0 || count[j] > count[best])
+            best = j;
+    }
+    const int32_t t = best < 0 ? sink : cand[best];
     uint64_t w[2] = {0, 0};
-    for (int b = 1; b < 128; b++)
-        if (table[(int64_t)s * 256 + b] == s)
-            w[b >> 6] |= (uint64_t)1 << (b & 63);
-    x->loops[2 * (int64_t)s] = w[0];
-    x->loops[2 * (int64_t)s + 1] = w[1];
-    x->closed[s] = (uint8_t)(1 + utf8_closed(table, sink, s));
+    if (t != sink)
+        for (int b = 1; b < 128; b++)
+            if (row[b] == t)
+                w[b >> 6] |= (uint64_t)1 << (b & 63);
+    x->bytes[2 * (int64_t)s] = w[0];
+    x->bytes[2 * (int64_t)s + 1] = w[1];
+    x->step[s] = t;
+    x->info[s] = (uint8_t)(1 + (t != sink && utf8_steps(table, sink, s, t)));
 }
 
-/* Whether the rest of token r takes state s (alive) back to s. */
-static inline int
-rest_loops(Rests *x, const int32_t *table, int32_t sink, int32_t s, int64_t r)
+/* A chain that does not loop is followed this many steps at most (each new state costs
+ * a scan of its row and of the UTF-8 characters): a longer one counts as this long, and a
+ * token with more characters after its first is walked. */
+#define CHAIN_STEPS 24
+
+/* The chain length of state s (alive): 0 when no byte steps; the cap when it loops;
+ * else one more than its step's when the step takes the same bytes the same way, else 1
+ * (at most CHAIN_STEPS, or the cap, when that long). Iterative, filled backwards. */
+static int32_t
+chain_len(Rests *x, const int32_t *table, int32_t sink, int32_t s)
 {
-    state_loops(x, table, sink, s);
-    const uint64_t *loops = x->loops + 2 * (int64_t)s;
-    uint64_t m0 = x->rest[2 * r] & ~loops[0];
-    const uint64_t m1 = x->rest[2 * r + 1] & ~loops[1];
-    if (m0 == 1 && x->rest_utf8[r] && x->closed[s] == 2)
+    if (x->chain[s] >= 0)
+        return x->chain[s];
+    int n = 0;
+    int32_t cur = s, last;
+    for (;;) {
+        state_step(x, table, sink, cur);
+        x->path[n++] = cur;
+        const int32_t t = x->step[cur];
+        if (t == sink) {
+            last = 0;
+            break;
+        }
+        if (t == cur) {
+            last = x->cap;
+            break;
+        }
+        if (n > CHAIN_STEPS) {  /* s's chain is longer: CHAIN_STEPS stands for it */
+            x->chain[s] = CHAIN_STEPS;
+            return CHAIN_STEPS;
+        }
+        state_step(x, table, sink, t);
+        if (x->bytes[2 * (int64_t)t] != x->bytes[2 * (int64_t)cur]
+            || x->bytes[2 * (int64_t)t + 1] != x->bytes[2 * (int64_t)cur + 1] || x->info[t] != x->info[cur]) {
+            last = 1;
+            break;
+        }
+        if (x->chain[t] >= 0) {
+            last = x->chain[t] + 1 < x->cap ? x->chain[t] + 1 : x->cap;
+            break;
+        }
+        cur = t;
+    }
+    /* path[n - 1] gets `last`, each earlier state one more (up to the cap) */
+    for (int i = n - 1; i >= 0; i--) {
+        if (x->chain[x->path[i]] < 0)
+            x->chain[x->path[i]] = last;
+        last = last + 1 < x->cap ? last + 1 : x->cap;
+    }
+    return x->chain[s];
+}
+
+static void
+rests_free(Rests *x)
+{
+    free(x->bytes);
+    free(x->step);
+    free(x->chain);
+    free(x->info);
+    free(x->path);
+}
+
+/* Whether the rest of token r takes state s (alive) along its chain, staying alive. */
+static inline int
+rest_steps(Rests *x, const int32_t *table, int32_t sink, int32_t s, int64_t r)
+{
+    const int32_t chain = chain_len(x, table, sink, s);
+    const uint64_t *w = x->bytes + 2 * (int64_t)s;
+    uint64_t m0 = x->rest[2 * r] & ~w[0];
+    const uint64_t m1 = x->rest[2 * r + 1] & ~w[1];
+    if (m0 == 1 && x->rest_utf8[r] && x->info[s] == 2)
         m0 = 0;
-    return !(m0 | m1);
+    return !(m0 | m1) && x->rest_chars[r] <= chain;
+}
+
+/* The run of tokens from rank r (below hi) whose first character is one byte, leading to
+ * state s1 (chain length chain1, known), that the chain shortcut takes: their inside bits
+ * are set. Returns the first rank not taken, or -1 for a token id out of range. Its own
+ * function, so that the few values of the loop stay in registers. */
+static int64_t
+fast_run(const Rests *x, int64_t r, int64_t hi, int32_t s1, int32_t chain1, const int64_t *restrict rank_to_id,
+         int64_t n_inside_bits, uint32_t *restrict inside)
+{
+    const uint64_t g0 = x->bytes[2 * (int64_t)s1], g1 = x->bytes[2 * (int64_t)s1 + 1];
+    const int utf8 = x->info[s1] == 2, counted = chain1 < x->cap;
+    const uint8_t *restrict char_len = x->char_len, *restrict rest_utf8 = x->rest_utf8;
+    const uint64_t *restrict rest = x->rest;
+    const uint16_t *restrict rest_chars = x->rest_chars;
+    for (; r < hi && char_len[r] == 1; r++) {
+        uint64_t m0 = rest[2 * r] & ~g0;
+        const uint64_t m1 = rest[2 * r + 1] & ~g1;
+        if (m0 == 1 && utf8 && rest_utf8[r])
+            m0 = 0;
+        if ((m0 | m1) || (counted && rest_chars[r] > chain1))
+            break;
+        const int64_t id = rank_to_id[r];
+        if (id < 0 || id >= n_inside_bits)
+            return -1;
+        inside[id >> 5] |= (uint32_t)1 << (id & 31);
+    }
+    return r;
 }
 
 static PyObject *
 classify(PyObject *self, PyObject *args)
 {
     Py_buffer table_b, acc_b, follow_b, blob_b, offsets_b, lcp_b, first_b, ids_b, inside_b, exits_b;
-    Py_buffer clen_b = {0}, rest_b = {0}, utf8_b = {0};
+    Py_buffer clen_b = {0}, rest_b = {0}, utf8_b = {0}, chars_b = {0};
     int state;
     Py_ssize_t max_len;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*", &table_b, &acc_b, &follow_b, &state,
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*y*", &table_b, &acc_b, &follow_b, &state,
                           &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b,
-                          &clen_b, &rest_b, &utf8_b))
+                          &clen_b, &rest_b, &utf8_b, &chars_b))
         return NULL;
     const int shortcut = clen_b.buf != NULL;
 
@@ -174,10 +295,11 @@ classify(PyObject *self, PyObject *args)
         || check_buffer(&first_b, 8, 257, "first_start") || check_buffer(&ids_b, 8, n_ranks, "rank_to_id")
         || check_buffer(&inside_b, 4, 0, "inside") || check_buffer(&exits_b, 4, (n_ranks + 31) / 32, "exits"))
         goto done;
-    if (shortcut && (!rest_b.buf || !utf8_b.buf || check_buffer(&clen_b, 1, n_ranks, "char_len")
-                     || check_buffer(&rest_b, 8, 2 * n_ranks, "rest") || check_buffer(&utf8_b, 1, n_ranks, "rest_utf8"))) {
+    if (shortcut && (!rest_b.buf || !utf8_b.buf || !chars_b.buf || check_buffer(&clen_b, 1, n_ranks, "char_len")
+                     || check_buffer(&rest_b, 8, 2 * n_ranks, "rest") || check_buffer(&utf8_b, 1, n_ranks, "rest_utf8")
+                     || check_buffer(&chars_b, 2, n_ranks, "rest_chars"))) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "char_len, rest and rest_utf8 come together");
+            PyErr_SetString(PyExc_ValueError, "char_len, rest, rest_utf8 and rest_chars come together");
         goto done;
     }
     if (state < 0 || state >= n_rows - 1) {
@@ -203,16 +325,21 @@ classify(PyObject *self, PyObject *args)
         goto done;
     int32_t *st = calloc((size_t)max_len + 1, sizeof(int32_t));
     uint8_t *may_end = calloc((size_t)max_len + 1, 1);
-    Rests x = {clen_b.buf, rest_b.buf, utf8_b.buf, NULL, NULL};
+    Rests x = {clen_b.buf, rest_b.buf, utf8_b.buf, chars_b.buf, (int32_t)max_len, NULL, NULL, NULL, NULL, NULL};
     if (shortcut) {
-        x.loops = calloc((size_t)n_rows * 2, sizeof(uint64_t));
-        x.closed = calloc((size_t)n_rows, 1);
+        x.bytes = calloc((size_t)n_rows * 2, sizeof(uint64_t));
+        x.step = calloc((size_t)n_rows, sizeof(int32_t));
+        x.chain = malloc((size_t)n_rows * sizeof(int32_t));
+        x.info = calloc((size_t)n_rows, 1);
+        x.path = calloc(CHAIN_STEPS + 2, sizeof(int32_t));
+        if (x.chain)
+            for (Py_ssize_t i = 0; i < n_rows; i++)
+                x.chain[i] = -1;
     }
-    if (!st || !may_end || (shortcut && (!x.loops || !x.closed))) {
+    if (!st || !may_end || (shortcut && (!x.bytes || !x.step || !x.chain || !x.info || !x.path))) {
         free(st);
         free(may_end);
-        free(x.loops);
-        free(x.closed);
+        rests_free(&x);
         PyErr_NoMemory();
         goto done;
     }
@@ -238,31 +365,14 @@ classify(PyObject *self, PyObject *args)
         /* the tokens of this first byte whose first character is that byte: the loop
          * shortcut from s1 in a tight loop, before any walk */
         const int fast = shortcut && (s1 >= 0 && s1 < sink);
-        uint64_t g0 = 0, g1 = 0;
-        int closed1 = 0;
-        if (fast) {
-            state_loops(&x, table, sink, s1);
-            g0 = x.loops[2 * (int64_t)s1];
-            g1 = x.loops[2 * (int64_t)s1 + 1];
-            closed1 = x.closed[s1] == 2;
-        }
+        const int32_t chain1 = fast ? chain_len(&x, table, sink, s1) : 0;
         while (r < hi) {
             if (fast && x.char_len[r] == 1) {
-                int64_t r0 = r;
-                while (r < hi && x.char_len[r] == 1) {
-                    uint64_t m0 = x.rest[2 * r] & ~g0;
-                    const uint64_t m1 = x.rest[2 * r + 1] & ~g1;
-                    if (m0 == 1 && closed1 && x.rest_utf8[r])
-                        m0 = 0;
-                    if (m0 | m1)
-                        break;
-                    const int64_t id = rank_to_id[r];
-                    if (id < 0 || id >= n_inside_bits) {
-                        bad = 1;
-                        goto walked;
-                    }
-                    inside[id >> 5] |= (uint32_t)1 << (id & 31);
-                    r++;
+                const int64_t r0 = r;
+                r = fast_run(&x, r, hi, s1, chain1, rank_to_id, n_inside_bits, inside);
+                if (r < 0) {
+                    bad = 1;
+                    goto walked;
                 }
                 if (r > r0) {
                     valid = 1;
@@ -281,14 +391,14 @@ classify(PyObject *self, PyObject *args)
             int64_t d = d0;
             int32_t q = st[d];
             uint8_t e = may_end[d];
-            /* the loop shortcut is tried once the walk has passed the first character
+            /* the chain shortcut is tried once the walk has passed the first character
              * (tried above already for a one-byte first character) */
             int64_t k1 = shortcut ? x.char_len[r] : len;
             if (k1 < 1 || k1 >= len || (fast && k1 == 1))
                 k1 = len;
             while (d < len) {
                 if (d >= k1) {
-                    if (st[k1] != sink && rest_loops(&x, table, sink, st[k1], r))
+                    if (st[k1] != sink && rest_steps(&x, table, sink, st[k1], r))
                         break;
                     k1 = len;
                 }
@@ -306,7 +416,7 @@ classify(PyObject *self, PyObject *args)
                     break;
             }
             valid = d;
-            if (q != sink) {  /* alive at its last byte, or taken back by the rest (shortcut) */
+            if (q != sink) {  /* alive at its last byte, or kept alive by the rest (shortcut) */
                 int64_t id = rank_to_id[r];
                 inside[id >> 5] |= (uint32_t)1 << (id & 31);
                 r++;
@@ -328,8 +438,7 @@ walked:
     Py_END_ALLOW_THREADS
     free(st);
     free(may_end);
-    free(x.loops);
-    free(x.closed);
+    rests_free(&x);
     if (bad)
         PyErr_SetString(PyExc_ValueError, "inconsistent token table or DFA table");
     else
@@ -352,6 +461,8 @@ done:
             PyBuffer_Release(&rest_b);
         if (utf8_b.buf)
             PyBuffer_Release(&utf8_b);
+        if (chars_b.buf)
+            PyBuffer_Release(&chars_b);
     }
     return result;
 }
@@ -806,8 +917,9 @@ done:
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
      "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits"
-     "[, char_len, rest, rest_utf8]) -> number of exit tokens; sets the bits of inside (by token id) and exits"
-     " (by rank). The last three (TokenTable.char_len, rest_bits, rest_utf8) turn the loop shortcut on."},
+     "[, char_len, rest, rest_utf8, rest_chars]) -> number of exit tokens; sets the bits of inside (by token id)"
+     " and exits (by rank). The last four (TokenTable.char_len, rest_bits, rest_utf8, rest_chars) turn the chain"
+     " shortcut on."},
     {"classify_pair", classify_pair, METH_VARARGS,
      "classify_pair(table, acc, follow, state, state2, blob, offsets, lcp, max_len, first_start, rank_to_id,"
      " inside, exits): classify() from the classes of state2 (of the same DFA), held by inside and exits on"

@@ -87,10 +87,18 @@ def classify_tokens_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, s
             np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),
             _as_u8(_ALL_BYTES if follow is None else follow), int(state),
             tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits,
-            tt.char_len, tt.rest_bits, tt.rest_utf8)
+            *_chain_fields(tt))
     else:
         n_exits = 0
     return LexemeTokens(inside=inside, exits=exits, n_exits=n_exits)
+
+
+def _chain_fields(tt: TokenTable) -> tuple:
+    """The token table's fields for the native walk's chain shortcut (none, which turns
+    it off, for tokens so long that their character counts would not fit 16 bits)."""
+    if tt.max_len >= 0xFFFF:
+        return ()
+    return tt.char_len, tt.rest_bits, tt.rest_utf8, tt.rest_chars
 
 
 def classify_tokens_from(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int, follow: np.ndarray,

@@ -83,7 +83,8 @@ class TokenTable:
         byte, at most the token's length; else 1); ``rest_bits``, the ASCII bytes after it
         as two 64-bit words (bit ``b`` for byte ``b`` in 1..127; bit 0 for a NUL or a byte
         >= 0x80); ``rest_utf8``, 1 when that rest holds non-ASCII bytes, no NUL, and is
-        well-formed UTF-8 (whole characters only)."""
+        well-formed UTF-8 (whole characters only); ``rest_chars``, its characters (bytes
+        that do not continue a UTF-8 character)."""
         n = len(lengths)
         first = blob[starts] if n else np.zeros(0, dtype=np.uint8)
         lead = np.ones(256, dtype=np.uint8)
@@ -101,6 +102,11 @@ class TokenTable:
                 vals = np.where(in_rest & sel, bit, np.uint64(0))
                 rest[:, word] = np.bitwise_or.reduceat(vals, starts)
         self.rest_bits = rest
+        if n:
+            chars = np.where(in_rest & ((blob < 0x80) | (blob >= 0xC0)), 1, 0).astype(np.int64)
+            self.rest_chars = np.minimum(np.add.reduceat(chars, starts), 0xFFFF).astype(np.uint16)
+        else:
+            self.rest_chars = np.zeros(0, dtype=np.uint16)
         utf8 = np.zeros(n, dtype=np.uint8)
         for r in np.flatnonzero(rest[:, 0] & np.uint64(1)):
             tail = self.sorted_bytes[r][self.char_len[r]:]
