@@ -518,6 +518,94 @@ def _compare_neighbour_classes(schemas, vocab, rng, used):
             assert np.array_equal(a.exits, b.exits) and a.n_exits == b.n_exits, (k, q)
 
 
+def test_canonical_form_names_equal_futures():
+    """``dfa.canonical_form``: states (of one lexeme or of two) with equal forms have the
+    same future: they agree on every string up to the longest token, and classify the
+    vocabulary alike; string bodies of different lexemes share a form, a pattern's body
+    does not; past ``max_states`` there is none; bad input raises."""
+    from gramgen.automata import dfa as dfa_module
+    from gramgen.automata import lexeme_tokens
+
+    if dfa_module._dfabuild is None:
+        assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native builder was not built"
+        pytest.skip("gramgen.automata._dfabuild was not built (no C compiler at install)")
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"type": "object", "properties": {
+        "a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string", "pattern": "^x+$"},
+        "d": {"type": "array", "items": {"type": "string", "maxLength": 3}}}, "required": ["a", "b", "c", "d"]}),
+        vocabulary("gpt2"), precompute=False)
+    tt = cg.token_table
+    groups: dict = {}
+    for k, dfa in enumerate(cg.tables.lex_dfas):
+        table, acc = cg.sink_tables[k]
+        for q in range(dfa.n_states):
+            form = dfa_module.canonical_form(table, acc, q, 64)
+            if form is not None:
+                groups.setdefault(form, []).append((k, q))
+    shared = [g for g in groups.values() if len({k for k, _ in g}) > 1]
+    assert shared, "no future shared by two lexemes"
+    everything = np.ones(256, dtype=bool)
+    for group in groups.values():
+        (k1, q1), rest = group[0], group[1:]
+        ref = lexeme_tokens.classify_tokens(tt, *cg.sink_tables[k1], q1, everything)
+        for k2, q2 in rest:
+            dfas = cg.tables.lex_dfas
+            assert dfas[k1].agreement_depth(q1, q2, tt.max_len, other=dfas[k2]) == tt.max_len, (k1, q1, k2, q2)
+            got = lexeme_tokens.classify_tokens(tt, *cg.sink_tables[k2], q2, everything)
+            assert np.array_equal(got.inside, ref.inside) and np.array_equal(got.exits, ref.exits)
+    # distinct forms within one minimal DFA are distinct futures
+    for k, dfa in enumerate(cg.tables.lex_dfas):
+        forms = [dfa_module.canonical_form(*cg.sink_tables[k], q, 10**4) for q in range(dfa.n_states)]
+        assert len(set(forms)) == dfa.n_states, k
+    k = max(range(len(cg.sink_tables)), key=lambda i: cg.sink_tables[i][0].shape[0])
+    table, acc = cg.sink_tables[k]
+    assert dfa_module.canonical_form(table, acc, 0, 1) is None
+    bad = table.copy()
+    bad[0, :] = 10**6
+    with pytest.raises(ValueError):
+        dfa_module._dfabuild.canonical_form(bad, acc, 0, 64)
+    with pytest.raises(ValueError):
+        dfa_module._dfabuild.canonical_form(table, acc, table.shape[0] - 1, 64)  # the sink
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "gpt2"])
+def test_shared_classes_equal_full(tokenizer):
+    """Classes shared between grammars compiled for one vocabulary (keyed by a state's
+    future and follow bytes, ``CompiledGrammar._classify``) equal a full classification
+    of each state that takes them, in other lexemes and other grammars; and a grammar
+    whose states had exits dropped at precompute shares none of its classes."""
+    vocab = vocabulary(tokenizer)
+    tt = token_table_for(vocab)
+    tt.shared_classes.clear()
+    schemas = [{"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
+                   "type": "string"}}, "note": {"type": "string", "maxLength": 5}}},
+               {"type": "array", "items": {"type": "object", "properties": {"title": {"type": "string"},
+                   "alias": {"type": "string", "maxLength": 5}, "n": {"type": "integer"}}}},
+               {"type": "object", "additionalProperties": {"type": "string"}}]
+    hits = 0
+    for schema in schemas:
+        g = gramgen.Grammar.from_json_schema(schema, whitespace="flexible")
+        shared = gramgen.compile(g, vocab, precompute=False)
+        full = gramgen.compile(g, vocab, precompute=False)
+        full.SHARED_STATES = 0
+        full.NEIGHBOR_SHARE = -1.0
+        full.PAIR_WALK = False
+        here = shared._classify_here
+        misses = []
+        shared._classify_here = lambda k, q: misses.append((k, q)) or here(k, q)
+        for k, dfa in enumerate(shared.tables.lex_dfas):
+            for q in range(dfa.n_states):
+                a, b = shared.lexeme_tokens(k, q), full.lexeme_tokens(k, q)
+                assert np.array_equal(a.inside, b.inside), (schema, k, q)
+                assert np.array_equal(a.exits, b.exits) and a.n_exits == b.n_exits, (schema, k, q)
+                hits += (k, q) not in misses
+    # of the dense states (the others are not looked up), many came from elsewhere
+    assert hits >= 20, hits
+    size = len(tt.shared_classes._items)
+    gramgen.compile(gramgen.Grammar.from_json_schema({"type": "object", "properties": {"z": {"type": "string"}}}),
+                    vocab, precompute=True)
+    assert len(tt.shared_classes._items) <= size + 1  # at most its first state, before any exit was dropped
+
+
 def test_agreement_depth_is_sound():
     """``ByteDFA.agreement_depth``: no byte string of at most d bytes tells the two states
     apart (brute force over every string of up to 2 bytes and random longer ones), the C

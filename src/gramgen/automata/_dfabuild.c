@@ -1120,7 +1120,87 @@ done:
     return result;
 }
 
+/* canonical_form(table, acc, state, max_states) -> bytes or None: the part of a DFA (sink
+ * form) reachable from `state`, numbered breadth-first from it (bytes in order), written
+ * as one acceptance byte and 256 little-endian uint16 targets per state (0xFFFF: the
+ * sink). Two states, of one DFA or of two, with equal forms have isomorphic futures, so
+ * the same language: whatever depends only on that (a token classification) is shared.
+ * For minimal DFAs the converse holds too. None when more than max_states states are
+ * reachable. */
+static PyObject *
+canonical_form(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer t_b, a_b;
+    int state, max_states;
+    if (!PyArg_ParseTuple(args, "y*y*ii", &t_b, &a_b, &state, &max_states))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = t_b.len / (256 * 4);
+    int32_t *number = NULL, *order = NULL;
+    if (t_b.itemsize != 4 || t_b.len % (256 * 4) || n < 1 || a_b.len != n || state < 0 || state >= n - 1
+        || max_states < 1 || max_states > 0xFFFE) {
+        PyErr_SetString(PyExc_ValueError, "canonical_form: inconsistent table, flags, state or limit");
+        goto done;
+    }
+    const int32_t *T = t_b.buf;
+    const uint8_t *A = a_b.buf;
+    const int32_t sink = (int32_t)(n - 1);
+    number = malloc((size_t)n * sizeof(int32_t));
+    order = malloc((size_t)max_states * sizeof(int32_t));
+    if (!number || !order) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        number[i] = -1;
+    int count = 1;
+    number[state] = 0;
+    order[0] = state;
+    for (int i = 0; i < count; i++) {
+        const int32_t *row = T + (size_t)order[i] * 256;
+        for (int b = 0; b < 256; b++) {
+            const int32_t t = row[b];
+            if (t < 0 || t > sink) {
+                PyErr_SetString(PyExc_ValueError, "canonical_form: table holds a state out of range");
+                goto done;
+            }
+            if (t == sink || number[t] >= 0)
+                continue;
+            if (count == max_states) {
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+            number[t] = count;
+            order[count++] = t;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 513);
+    if (!result)
+        goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    for (int i = 0; i < count; i++) {
+        const int32_t *row = T + (size_t)order[i] * 256;
+        *out++ = A[order[i]] ? 1 : 0;
+        for (int b = 0; b < 256; b++) {
+            const int32_t t = row[b];
+            const uint16_t v = t == sink ? 0xFFFF : (uint16_t)number[t];
+            *out++ = (uint8_t)(v & 0xFF);
+            *out++ = (uint8_t)(v >> 8);
+        }
+    }
+done:
+    free(number);
+    free(order);
+    PyBuffer_Release(&t_b);
+    PyBuffer_Release(&a_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"canonical_form", canonical_form, METH_VARARGS,
+     "canonical_form(table, acc, state, max_states) -> the future of state (reachable part, numbered"
+     " breadth-first) as bytes, equal for states with isomorphic futures; None past max_states states."},
     {"agreement_depth", agreement_depth, METH_VARARGS,
      "agreement_depth(table1, acc1, q1, table2, acc2, q2, cap, max_pairs) -> the largest d <= cap such"
      " that q1 (of the first DFA, sink form) and q2 (of the second) agree (dead / alive and accepting)"

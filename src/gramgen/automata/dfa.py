@@ -332,6 +332,16 @@ def _native_dfa(rx: Regex, budget: int, max_states: int, program: _Program | Non
                           np.frombuffer(classes, dtype=np.uint8))
 
 
+def canonical_form(table: np.ndarray, acc: np.ndarray, state: int, max_states: int) -> bytes | None:
+    """The future of ``state`` in a DFA in sink form (``ByteDFA.sink_table()``): its reachable
+    part numbered breadth-first, as bytes; equal for two states (of any DFAs) whose futures
+    are isomorphic, hence whose languages are equal. None when more than ``max_states``
+    states are reachable, or without the native builder."""
+    if _dfabuild is None or not NATIVE:
+        return None
+    return _dfabuild.canonical_form(table, acc, int(state), int(max_states))
+
+
 def probe_bytes(d1: ByteDFA, d2: ByteDFA) -> bytes:
     """One byte per class of bytes that both DFAs treat alike (the smallest of each): the
     only ones :meth:`ByteDFA.agreement_depth` needs to try."""

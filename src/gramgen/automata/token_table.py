@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from .._lru import SizedLRU
 from ..runtime.bitmask import pack
 
 
@@ -76,6 +77,12 @@ class TokenTable:
         #: ``n_longer[d]``: how many tokens are longer than ``d`` bytes
         self.n_longer = (len(ids) - np.cumsum(np.bincount(lengths, minlength=self.max_len + 1))).astype(np.int64)
         self._longer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: lexeme-state classes shared by every grammar compiled for this vocabulary
+        #: (``CompiledGrammar._classify``), keyed by the state's future and follow bytes
+        self.shared_classes: SizedLRU = SizedLRU(64 << 20, lambda lt: lt.inside.nbytes + lt.exits.nbytes)
+        #: by token id, its length (tokens left out: longer than any depth)
+        self._id_lengths = np.full(self.vocab_size, np.iinfo(np.int64).max, dtype=np.int64)
+        self._id_lengths[self.rank_to_id] = lengths
 
     def _rests(self, blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
         """Per rank, what the native walk's loop shortcut tests (see ``_tokenwalk.c``):
@@ -124,9 +131,7 @@ class TokenTable:
         found = self._longer.get(depth)
         if found is None:
             long = self.lengths > depth
-            short_ids = np.zeros(self.vocab_size, dtype=bool)
-            short_ids[self.rank_to_id[~long]] = True
-            found = (np.flatnonzero(long), pack(short_ids), pack(~long))
+            found = (np.flatnonzero(long), pack(self._id_lengths <= depth), pack(~long))
             if len(self._longer) > 512:
                 self._longer = {}  # a reader holding the old dict still reads correct values
             self._longer[depth] = found

@@ -7,7 +7,7 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
-from ..automata.dfa import compile_regexes, probe_bytes
+from ..automata.dfa import canonical_form, compile_regexes, probe_bytes
 from ..automata.earley import Interner, ParserTables
 from ..automata import lexeme_tokens as _lexeme_tokens
 from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, classify_tokens_from, run_suffixes
@@ -75,6 +75,7 @@ class CompiledGrammar:
         self.follow_masks = [np.unpackbits(np.frombuffer(f.to_bytes(32, "little"), dtype=np.uint8),
                                       bitorder="little").astype(bool)
                         for f in self.tables.follow_bytes]
+        self._follow_key = [m.tobytes() for m in self.follow_masks]
         self.lexer = LexerAutomaton(self.tables)
         self._lexeme_tokens: dict[tuple[int, int], LexemeTokens] = {}
         self._recent: dict[int, deque] = {}  # lexeme -> its states classified last
@@ -124,7 +125,37 @@ class CompiledGrammar:
                 self._recent_any.appendleft(key)
         return found
 
+    #: a dense state whose future has at most this many DFA states is looked up in (and
+    #: its classes stored into) the classes shared by every grammar compiled for the
+    #: vocabulary, keyed by that future and the follow bytes (see :meth:`_classify`)
+    SHARED_STATES = 48
+
     def _classify(self, lexeme: int, state: int) -> LexemeTokens:
+        """The vocabulary classified from one lexeme state. A dense state whose future
+        is small (a string body, with the bytes that may follow its end) is looked up
+        among the classes of every grammar compiled for this vocabulary in this process:
+        equal futures (``dfa.canonical_form``) and follow bytes classify alike, whichever
+        lexeme and grammar they come from. Else see :meth:`_classify_here`."""
+        table, acc = self.sink_tables[lexeme]
+        tt = self.token_table
+        key = None
+        if self.SHARED_STATES:
+            alive = table[state] != table.shape[0] - 1
+            if int(self._first_sizes[alive].sum()) * self.SPARSE_SHARE >= len(tt.sorted_bytes):
+                key = canonical_form(table, acc, state, self.SHARED_STATES)
+                if key is not None:
+                    key += self._follow_key[lexeme]
+                    found = tt.shared_classes.get(key)
+                    if found is not None:
+                        return found
+        found = self._classify_here(lexeme, state)
+        if key is not None and not self._filtered:
+            # (after precompute, classes reused from a state with dropped exits may lack
+            # exits that hold in another grammar: those are not shared)
+            tt.shared_classes.put(key, found)
+        return found
+
+    def _classify_here(self, lexeme: int, state: int) -> LexemeTokens:
         """The vocabulary classified from one lexeme state: from a recently classified
         state that agrees with it on every string as long as most tokens (see
         ``ByteDFA.agreement_depth``), only the longer tokens are walked; otherwise the
