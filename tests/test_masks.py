@@ -606,6 +606,54 @@ def test_shared_classes_equal_full(tokenizer):
     assert len(tt.shared_classes._items) <= size + 1  # at most its first state, before any exit was dropped
 
 
+@pytest.mark.parametrize("tokenizer", ["llama3", "gpt2"])
+def test_horizon_cached_exits_equal_whole_chart_walks(monkeypatch, tokenizer):
+    """Exit walks cached per horizon (what one walk decided without reading a set that
+    many origin links away, ``Matcher._exit_words`` with ``earley.tracked_view``) and
+    reused in every context that agrees up to that horizon give the masks of walks on the
+    whole chart, at every step of texts that nest the same values at different depths;
+    the cache must be hit, at more than one horizon."""
+    from gramgen.runtime import compiled as compiled_module
+    from gramgen.runtime import matcher as matcher_module
+
+    vocab = vocabulary(tokenizer)
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#"}},
+                                               "s": {"type": "string"}, "n": {"type": "integer"}}}
+    texts = ['{"s":"x","n":1}', '{"a":[{"s":"x","n":1},{"a":[{"s":"y"}],"n":2}],"s":"z"}',
+             '{"a":[{"a":[{"a":[{"s":"deep","n":3}]}],"s":"q"}],"n":4}',
+             '[1, {"k": ["v", {"w": [true, null]}]}, "x", [[2.5]]]']
+    grammars = [gramgen.Grammar.from_json_schema(schema, whitespace="flexible"), grammar("json.lark")]
+    hits = {}
+    original = compiled_module.CompiledGrammar.cached_exits
+
+    def counted(self, key):
+        found = original(self, key)
+        if found is not None:
+            hits[key[0]] = hits.get(key[0], 0) + 1
+        return found
+
+    monkeypatch.setattr(compiled_module.CompiledGrammar, "cached_exits", counted)
+    tok = hf_tokenizer(tokenizer)
+    for g in grammars:
+        cached = gramgen.compile(g, vocab, mask_cache_size=8)  # few whole masks: exits decide
+        walked = gramgen.compile(g, vocab, mask_cache_size=8)
+        for text in texts:
+            try:
+                ids = tok.encode(text, add_special_tokens=False)
+                m1, m2 = cached.matcher(), walked.matcher()
+                for tid in ids:
+                    monkeypatch.setattr(matcher_module, "_HORIZONS", (2, 3, 4, 5, 6, 8, 12))
+                    a = m1.mask()
+                    monkeypatch.setattr(matcher_module, "_HORIZONS", ())
+                    b = m2.mask()
+                    assert np.array_equal(a, b), (text, tid)
+                    m1.advance(tid)
+                    m2.advance(tid)
+            except gramgen.TokenRejected:
+                assert g is grammars[0] and text.startswith("[")  # not an object: not of the schema
+    assert sum(hits.values()) >= 20 and len(hits) >= 2, hits
+
+
 def test_agreement_depth_is_sound():
     """``ByteDFA.agreement_depth``: no byte string of at most d bytes tells the two states
     apart (brute force over every string of up to 2 bytes and random longer ones), the C

@@ -27,20 +27,26 @@ END = -1  # item_next value of a completed item
 _EMPTY: frozenset = frozenset()
 
 
-class HorizonExceeded(Exception):
-    """A computation reached a set outside the horizon it was promised (see horizon_view)."""
+class _Reached(Exception):
+    """A probe of a tracked view read a set beyond its horizon (see completes_within)."""
 
 
-class _BeyondHorizon:
-    """Stands for a chart set outside a horizon: any use of it raises HorizonExceeded."""
+class _Far:
+    """A chart set just beyond a horizon, in a view from :func:`tracked_view`: it reads
+    as the set it wraps, and any read sets the view's flag (``seen[0]``); while
+    ``seen[1]`` is set, a read raises :class:`_Reached` instead."""
 
-    __slots__ = ()
+    __slots__ = ("_set", "_seen")
+
+    def __init__(self, s: "EarleySet", seen: list):
+        self._set, self._seen = s, seen
 
     def __getattr__(self, name):
-        raise HorizonExceeded(name)
+        if self._seen[1]:
+            raise _Reached(name)
+        self._seen[0] = True
+        return getattr(self._set, name)
 
-
-BEYOND = _BeyondHorizon()
 _OPAQUE = -2  # the signature of a set beyond a horizon
 _SELF = -1    # a set's reference to itself in its own signature
 
@@ -374,18 +380,21 @@ class ParserTables:
         ((lexeme, dfa state) -> origins)."""
         return EarleySet(_EMPTY, _NO_PRED, _NO_PRED, scans)
 
-    def completes_within(self, chart: list, lexeme: int, origins) -> bool:
+    def completes_within(self, view: list, seen: list, lexeme: int, origins) -> bool:
         """Whether completing ``lexeme`` (being matched from ``origins``) right after the
-        last set of ``chart`` stays inside the chart's horizon (see :func:`horizon_view`).
+        last set of ``view`` stays inside its horizon (``view, seen = tracked_view(...)``).
 
         The completion does the same work whatever byte ends the lexeme, so when this is
         False every token that ends this scan's lexeme reaches beyond the horizon."""
         agenda: list = []
+        seen[1] = True  # stop at the first set beyond: the rest of the closure is not needed
         try:
-            self._complete(agenda, chart, lexeme, origins)
-            self._closure(chart, len(chart), agenda, {})
-        except HorizonExceeded:
+            self._complete(agenda, view, lexeme, origins)
+            self._closure(view, len(view), agenda, {})
+        except _Reached:
             return False
+        finally:
+            seen[1] = False
         return True
 
     def allowed_bytes(self, s: EarleySet) -> int:
@@ -437,7 +446,7 @@ def _advance_over(agenda: list, s: EarleySet, sym: int, origin: int) -> None:
 class LocalSignatures:
     """Signatures of set ``j`` in which sets ``depth`` or more origin links away are opaque.
 
-    Any computation that only touches sets within that horizon (see :func:`horizon_view`)
+    Any computation that only touches sets within that horizon (see :func:`tracked_view`)
     gives the same result for equal local signatures, whatever lies beyond: this is what
     lets a mask computed inside one nesting context be reused inside another. Completed
     items are left out (their effect is already in the set), except the accepting one.
@@ -463,24 +472,34 @@ class LocalSignatures:
         return found
 
 
-def horizon_view(chart: list, j: int, depth: int) -> list:
-    """A copy of the chart where every set ``depth`` or more origin links away from set
-    ``j`` is replaced by :data:`BEYOND`; using one raises :class:`HorizonExceeded`."""
-    view = [BEYOND] * len(chart)
+def tracked_view(chart: list, j: int, depth: int) -> tuple[list, list]:
+    """A copy of the chart in which reading a set ``depth`` or more origin links away from
+    set ``j`` sets ``seen[0]`` (or raises, while ``seen[1]`` is set); returns (view, seen).
+    ``seen[2]`` lists the (index, wrapper, set) of the wrapped sets, so that a walk past
+    its first such read can put the sets back (and read them at full speed). Only the
+    sets exactly ``depth`` links away are wrapped (:class:`_Far`): a computation that
+    starts at ``j`` learns the index of a farther set only by reading one of those first."""
+    view = list(chart)
+    seen = [False, False, []]
+    inside = {j}
     frontier = {j}
     for _ in range(depth):
         nxt = set()
         for idx in frontier:
             st = chart[idx]
-            view[idx] = st
             for _, o in st.items:
                 nxt.add(o)
             for origins in st.scans.values():
                 nxt.update(origins)
-        frontier = {o for o in nxt if view[o] is BEYOND}
+        frontier = nxt - inside
+        inside |= frontier
         if not frontier:
             break
-    return view
+    else:
+        for idx in frontier:
+            view[idx] = _Far(chart[idx], seen)
+            seen[2].append((idx, view[idx], chart[idx]))
+    return view, seen
 
 
 def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, tuple[str, ...]]]:

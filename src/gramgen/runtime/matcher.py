@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it on first use (~20 ms): pay that at import, not in a mask
 
-from ..automata.earley import HorizonExceeded, LocalSignatures, horizon_view
+from ..automata.earley import LocalSignatures, tracked_view
 from ..automata.lexeme_tokens import first_ends, run_suffixes
 from ..errors import TokenRejected
 from . import bitmask
@@ -341,18 +341,17 @@ class Matcher:
         """Packed mask of the exit tokens the parser accepts from here.
 
         Most exit tokens only look a few parser levels up (``",`` closes a string and a
-        pair; ``"}]`` goes further), so the walk runs on views of the chart cut at growing
-        horizons. What a view decides is cached under the local signature of that horizon
-        and reused in every context that agrees up to it; the tokens it cannot decide go
-        on to the next horizon, and finally to the whole chart. A horizon at which ending
-        any of the current lexemes already looks beyond it decides nothing and is skipped
-        without a walk. One mask walks at most one horizon: after a walk (a context not
-        seen at that horizon) the tokens left go straight to the whole chart, and the
-        deeper horizons are cached on a later visit whose shallower ones are known (on a
-        first visit, walking every horizon in turn cost more than it saved: bench
-        schemas at 128k tokens, one process, p99 1.32–1.41 -> 1.16–1.21 ms).
-        ``longer_than``: ``cands`` are only the exit tokens longer than that many bytes
-        (part of the cache key: an entry is for one candidate set).
+        pair; ``"}]`` goes further). What was decided at a *horizon* (a view of the chart
+        in which reading a set that many origin links away or more is noticed) is cached
+        under the local signature of that horizon and reused in every context that agrees
+        up to it; the tokens it left go on to the next horizon, and finally to the whole
+        chart. At the first horizon not cached, one walk decides every token left, and
+        what it decided without reading beyond that horizon is cached there: a first
+        visit costs one walk (walking the horizons in turn cost more than it saved), and
+        the deeper horizons are cached on later visits. A horizon at which ending any of
+        the current lexemes already looks beyond it decides nothing and is skipped without
+        a walk. ``longer_than``: ``cands`` are only the exit tokens longer than that many
+        bytes (part of the cache key: an entry is for one candidate set).
         """
         cg = self._cg
         chart = self._chart
@@ -360,7 +359,7 @@ class Matcher:
         ranks = cands  # then the tokens left undecided by each horizon
         local = LocalSignatures(self._tables, chart, j, cg.intern())
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
-        exiting = None  # the scans with exit tokens, found on the first horizon to walk
+        exiting = None  # the scans with exit tokens, found on the first horizon missed
         for depth in _HORIZONS:
             key = (depth, local.at(depth)) if longer_than is None else (depth, local.at(depth), longer_than)
             entry = cg.cached_exits(key)
@@ -368,27 +367,27 @@ class Matcher:
                 if exiting is None:
                     exiting = [(k, origins) for (k, q), origins in chart[j].scans.items()
                                if cg.lexeme_tokens(k, q).n_exits]
-                view = horizon_view(chart, j, depth)
-                walked = any(self._tables.completes_within(view, k, origins) for k, origins in exiting)
-                if walked:
-                    found, undecided = self._walk_exits(view, ranks)
-                else:  # every exit token ends a lexeme whose completion looks further back
-                    found, undecided = [], list(ranks)
-                # ranks stand for bytes: in rank order the next walk can bisect them (a jump
-                # leaves them in the order of their rests)
-                entry = (self._pack_ranks(found), sorted(undecided))
+                view, seen = tracked_view(chart, j, depth)
+                if any(self._tables.completes_within(view, seen, k, origins) for k, origins in exiting):
+                    # one walk decides every token; what it decided without reading beyond
+                    # this horizon is cached for every context that agrees up to it
+                    found, beyond = self._walk_exits(view, ranks, seen)
+                    words = self._pack_ranks(found)
+                    # ranks stand for bytes: in rank order a later walk can bisect them (a
+                    # jump leaves them in the order of their rests)
+                    far = sorted(set(beyond))
+                    cg.store_exits(key, (words & ~self._pack_ranks(far) if far else words, far))
+                    return out | words
+                # every exit token ends a lexeme whose completion looks further back
+                entry = (self._pack_ranks([]), sorted(ranks))
                 cg.store_exits(key, entry)
-            else:
-                walked = False
             out |= entry[0]
             ranks = entry[1]
             if not ranks:
                 return out
             if depth >= 3 and len(ranks) <= _FEW:
                 break  # a few tokens that look far up (`"}]}`): walking them once is cheaper
-            if walked:
-                break  # a new context: the rest on the whole chart now, deeper horizons on a later visit
-        found, _ = self._walk_exits(list(chart), ranks)
+        found, _ = self._walk_exits(list(chart), ranks, [False, False, []])
         return out | self._pack_ranks(found)
 
     def _pack_ranks(self, ranks: list[int]) -> np.ndarray:
@@ -397,10 +396,11 @@ class Matcher:
         bitmask.set_bits(out, cg.token_table.rank_to_id[np.array(ranks, dtype=np.int64)])
         return out
 
-    def _walk_exits(self, chart: list, ranks) -> tuple[list[int], list[int]]:
+    def _walk_exits(self, chart: list, ranks, seen: list) -> tuple[list[int], list[int]]:
         """Which of these tokens (byte-sorted ranks) the parser accepts after ``chart`` (a
-        scratch copy of the chart, extended and shrunk during the walk), and which it could
-        not decide because they reach beyond the chart's horizon.
+        scratch copy of the chart, extended and shrunk during the walk), and which of them
+        (accepted or not) were decided by reading a set beyond the chart's horizon (a
+        parser step that set ``seen[0]``: ``chart, seen = tracked_view(...)``).
 
         A depth-first walk over the implicit trie of the sorted token bytes: tokens that
         share a prefix share the parser steps over it, and a dead prefix skips all of its
@@ -411,17 +411,25 @@ class Matcher:
         sorted_bytes = tt.sorted_bytes
         tables = self._tables
         found: list[int] = []
-        undecided: list[int] = []
+        beyond: list[int] = []
         key = sorted_bytes.__getitem__
         successor = _successor
 
         rows, accept, follow = tables.lex_rows, tables.lex_accept, tables.follow_bytes
         pass_cache = cg.pass_cache
+        wrapped = seen[2]
+
+        def unwrap(far: bool) -> None:
+            """Past a read beyond the horizon the rest of a walk reads the sets as they are
+            (far=True), back at the horizon the wrappers return (far=False)."""
+            for idx, wrapper, real in wrapped:
+                chart[idx] = real if far else wrapper
 
         def walk(rs: list[int], lo: int, hi: int, depth: int, checked: bool = False,
-                 base: int = 0) -> None:
+                 base: int = 0, far: bool = False) -> None:
             """The tokens rs[lo:hi] share their bytes base..depth-1 (and are sorted by their
-            bytes from ``base`` on); chart[-1] is the set after those bytes."""
+            bytes from ``base`` on); chart[-1] is the set after those bytes. ``far``: a
+            step on the way read beyond the horizon (the tokens are in ``beyond``)."""
             cur = chart[-1]
             if depth and not checked:
                 # A token whose rest keeps one of the current lexemes alive is allowed, and
@@ -435,7 +443,7 @@ class Matcher:
             # a group of tokens, or for one with a long way to go (a run of spaces
             # across a counted string) that byte by byte would cost a pass per byte
             if not cur.items and (hi - lo >= 4 or max(len(key(rs[lo])), len(key(rs[hi - 1]))) - depth >= _LONG_REST):
-                jump(rs[lo:hi], depth)
+                jump(rs[lo:hi], depth, far)
                 return
             allowed = tables.allowed_bytes(cur)
             by = key if base == 0 else (lambda r: sorted_bytes[r][base:])
@@ -452,18 +460,23 @@ class Matcher:
                 succ = successor(data[base: depth + 1])
                 j = hi if succ is None else bisect.bisect_left(rs, succ, i + 1, hi, key=by)
                 if (allowed >> b) & 1:
-                    try:
-                        s = tables.step(chart, b)
-                    except HorizonExceeded:
-                        undecided.extend(rs[i:j])
-                        s = None
-                    if s is not None:
+                    seen[0] = False
+                    s = tables.step(chart, b)
+                    if not far and seen[0]:
+                        beyond.extend(rs[i:j])
+                        if s is not None:
+                            unwrap(True)
+                            chart.append(s)
+                            walk(rs, i, j, depth + 1, base=base, far=True)
+                            chart.pop()
+                            unwrap(False)
+                    elif s is not None:
                         chart.append(s)
-                        walk(rs, i, j, depth + 1, base=base)
+                        walk(rs, i, j, depth + 1, base=base, far=far)
                         chart.pop()
                 i = j
 
-        def jump(group: list[int], depth: int) -> None:
+        def jump(group: list[int], depth: int, far: bool = False) -> None:
             """chart[-1] has no items, only lexemes being matched, so until one of them can
             end the parser only moves their DFAs: run the DFAs over every token at once, and
             take a parser step only at the byte where a token first completes one of them.
@@ -485,14 +498,18 @@ class Matcher:
                             prev = merged.get((k, q))
                             merged[(k, q)] = origins if prev is None else prev | origins
                     chart.extend([tables.inside_lexemes(merged)] * (pos - depth))
-                try:
-                    s = tables.step(chart, b)
-                except HorizonExceeded:
-                    undecided.extend(ranks)
-                    s = None
+                seen[0] = False
+                s = tables.step(chart, b)
+                newly_far = not far and seen[0]
+                if newly_far:
+                    beyond.extend(ranks)
                 if s is not None:
+                    if newly_far:
+                        unwrap(True)
                     chart.append(s)
-                    walk(ranks, 0, len(ranks), pos + 1, base=pos + 1)
+                    walk(ranks, 0, len(ranks), pos + 1, base=pos + 1, far=far or newly_far)
+                    if newly_far:
+                        unwrap(False)
                 del chart[n0:]
 
         def jump_plan(states: tuple, group: list[int], depth: int) -> list[tuple]:
@@ -608,7 +625,7 @@ class Matcher:
         cur = chart[-1]
         if not cur.items:
             jump(list(ranks), 0)
-            return found, undecided
+            return found, beyond
         # the first byte, with numpy: exit candidates can be tens of thousands of tokens
         arr = np.asarray(ranks, dtype=np.int64)
         firsts = tt.columns[0][arr]
@@ -617,15 +634,19 @@ class Matcher:
             if not (allowed >> b) & 1:
                 continue
             group = arr[firsts == b]
-            try:
-                s = tables.step(chart, b)
-            except HorizonExceeded:
-                undecided.extend(group.tolist())
-                continue
+            seen[0] = False
+            s = tables.step(chart, b)
+            far = seen[0]
+            if far:
+                beyond.extend(group.tolist())
             if s is None:
                 continue
+            if far:
+                unwrap(True)
             chart.append(s)
             rest = lexeme_pass(s, group.tolist(), 0, group.shape[0], 1)
-            walk(rest, 0, len(rest), 1, checked=True)
+            walk(rest, 0, len(rest), 1, checked=True, far=far)
             chart.pop()
-        return found, undecided
+            if far:
+                unwrap(False)
+        return found, beyond
