@@ -135,28 +135,34 @@ class CompiledGrammar:
         is small (a string body, with the bytes that may follow its end) is looked up
         among the classes of every grammar compiled for this vocabulary in this process:
         equal futures (``dfa.canonical_form``) and follow bytes classify alike, whichever
-        lexeme and grammar they come from. Else see :meth:`_classify_here`."""
+        lexeme and grammar they come from. Else see :meth:`_classify_here`. A state whose
+        first bytes start few tokens is walked in full at once."""
         table, acc = self.sink_tables[lexeme]
         tt = self.token_table
+        alive = table[state] != table.shape[0] - 1
+        n_alive = int(self._first_sizes[alive].sum())
+        if n_alive * self.SPARSE_SHARE < len(tt.sorted_bytes):
+            # few tokens start with a byte this state takes: the full walk visits only
+            # those, cheaper than looking for a neighbour
+            return classify_tokens(tt, table, acc, state, self.follow_masks[lexeme])
         key = None
         if self.SHARED_STATES:
-            alive = table[state] != table.shape[0] - 1
-            if int(self._first_sizes[alive].sum()) * self.SPARSE_SHARE >= len(tt.sorted_bytes):
-                key = canonical_form(table, acc, state, self.SHARED_STATES)
-                if key is not None:
-                    key += self._follow_key[lexeme]
-                    found = tt.shared_classes.get(key)
-                    if found is not None:
-                        return found
-        found = self._classify_here(lexeme, state)
+            key = canonical_form(table, acc, state, self.SHARED_STATES)
+            if key is not None:
+                key += self._follow_key[lexeme]
+                found = tt.shared_classes.get(key)
+                if found is not None:
+                    return found
+        found = self._classify_here(lexeme, state, alive, n_alive)
         if key is not None and not self._filtered:
             # (after precompute, classes reused from a state with dropped exits may lack
             # exits that hold in another grammar: those are not shared)
             tt.shared_classes.put(key, found)
         return found
 
-    def _classify_here(self, lexeme: int, state: int) -> LexemeTokens:
-        """The vocabulary classified from one lexeme state: from a recently classified
+    def _classify_here(self, lexeme: int, state: int, alive: np.ndarray, n_alive: int) -> LexemeTokens:
+        """The vocabulary classified from one dense lexeme state (``alive``: its first
+        bytes, which start ``n_alive`` tokens): from a recently classified
         state that agrees with it on every string as long as most tokens (see
         ``ByteDFA.agreement_depth``), only the longer tokens are walked; otherwise the
         whole vocabulary is. Candidates: recent states of the same lexeme, and of other
@@ -168,12 +174,6 @@ class CompiledGrammar:
         tt = self.token_table
         table, acc = self.sink_tables[lexeme]
         follow = self.follow_masks[lexeme]
-        alive = table[state] != table.shape[0] - 1
-        n_alive = int(self._first_sizes[alive].sum())
-        if n_alive * self.SPARSE_SHARE < len(tt.sorted_bytes):
-            # few tokens start with a byte this state takes: the full walk visits only
-            # those, cheaper than looking for a neighbour
-            return classify_tokens(tt, table, acc, state, follow)
         followers = self.tables.follow_lexemes
         candidates_same = tuple(self._recent.get(lexeme, ()))
         candidates = [(lexeme, q) for q in candidates_same]
