@@ -305,6 +305,101 @@ def test_chain_shortcut_against_the_plain_walk(tokenizer):
     assert checked >= 200
 
 
+def _odd_vocabulary() -> gramgen.Vocabulary:
+    """Short tokens (every byte, letter pairs) plus odd ones (NUL, truncated, invalid and
+    overlong UTF-8, surrogates, quotes and escapes, tokens longer than a counted body's
+    room)."""
+    pieces = sorted({bytes([b]) for b in range(1, 128)} | {
+        b"ab", b"a b", b"\xc3\xa9", b"x\xc3\xa9", b"zz.", b"\"", b"a\"", b"\",\"", b"\"}", b"\x00b", b"\xe4\xb8\xad",
+        b"1a", b"\xe4\xb8", b"x\xed\xa0\x80", b"x\xc0\xaf", b"\xff", b"a\\n", b"a\n", b"\xc3\xa9t\xc3\xa9",
+        b"abcdefghijklmnopqrstuvwxyzabcdefghij", b"name", b"nam", b"\"name\":", b"nx", b"\xf0\x9f\x98\x80!"}
+        # plain letter pairs, so that the odd ones are a small share
+        | {bytes((a, b)) for a in range(ord("a"), ord("z") + 1) for b in range(ord("a"), ord("z") + 1)})
+    return gramgen.Vocabulary(pieces + [b""], eos_token_ids=[len(pieces)])
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "phi3", "odd"])
+def test_exception_path_against_numpy(tokenizer):
+    """The native walk's exception path (a state whose first characters mostly lead to
+    one state, from which a chain of like states takes all but a few tokens whole, walks
+    only those few: string bodies, counted bodies, keys other than a schema's names) gives
+    the classes of the numpy reference, from every state where it is taken; it must be
+    taken on string bodies, counted ones and key automata, and not on states it does not
+    fit (a number, which few tokens continue)."""
+    from gramgen.automata import lexeme_tokens
+
+    if lexeme_tokens._tokenwalk is None:
+        assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native kernel was not built"
+        pytest.skip("gramgen.automata._tokenwalk was not built (no C compiler at install)")
+    vocab = _odd_vocabulary() if tokenizer == "odd" else vocabulary(tokenizer)
+    grammars = [gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"),
+                gramgen.Grammar.from_json_schema({"type": "object", "properties": {
+                    "name": {"type": "string", "maxLength": 200}, "nx": {"type": "string", "format": "date"}},
+                    "additionalProperties": {"type": "string", "maxLength": 3}}),
+                gramgen.Grammar.from_regex(r"(?:[^\"\\\x00-\x1f]|\\[\"\\/bfnrt])*\""),
+                gramgen.Grammar.from_regex(r"[^\x00-\x1f\"]{2,40}\""),
+                gramgen.Grammar.from_regex(r"[^\x00-\x1f\"]*(?:ab)?[^\x00-\x1f\"]{0,9}!"),
+                # first characters that do not lead where most do: x, and (the first one)
+                # any non-ASCII character
+                gramgen.Grammar.from_regex(r"(?:x[0-9]|[^\x00-\x1f\"x])[^\x00-\x1f\"]*\""),
+                gramgen.Grammar.from_regex(r"[ -~][^\x00-\x1f\"]*\""),
+                gramgen.Grammar.from_regex(r"-?[0-9]+")]
+    taken, skipped, per_grammar = {}, 0, []
+    for g in grammars:
+        per_grammar.append(0)
+        cg = gramgen.compile(g, vocab, precompute=False)
+        tt = cg.token_table
+        for k, dfa in enumerate(cg.tables.lex_dfas):
+            table, acc = cg.sink_tables[k]
+            for q in range(min(dfa.n_states, 80)):
+                got = lexeme_tokens.classify_tokens_excepted(tt, table, acc, q, cg.follow_masks[k])
+                if got is None:
+                    skipped += 1
+                    continue
+                ref = lexeme_tokens.classify_tokens_numpy(tt, table, acc, q, cg.follow_masks[k])
+                assert (got.inside == ref.inside).all(), (g, k, q)
+                assert (got.exits == ref.exits).all() and got.n_exits == ref.n_exits, (g, k, q)
+                name = cg.tables.lexeme_names[k].split("_")[0]
+                taken[name] = taken.get(name, 0) + 1
+                per_grammar[-1] += 1
+    assert skipped > 0
+    # string bodies and key automata (JSON Schema lexemes STR / KEY), counted ones, every
+    # body regex; never the number
+    assert {"STR", "KEY"} <= set(taken), taken
+    assert all(per_grammar[:-1]) and not per_grammar[-1], per_grammar
+    assert sum(taken.values()) >= 40, taken
+
+
+def test_token_table_rare_fields():
+    """The exception path's per-vocabulary lists (ranks containing each ASCII byte, any
+    byte >= 0x80, broken UTF-8; ranks by character count; ids with a rank) against a
+    byte-by-byte computation, on made-up tokens and a real vocabulary."""
+    from gramgen.automata.token_table import TokenTable
+
+    for tt in (token_table_for(_odd_vocabulary()), token_table_for(vocabulary("phi3"))):
+        n = len(tt.sorted_bytes)
+        lists = {c: set() for c in range(130)}
+        chars = []
+        for r, data in enumerate(tt.sorted_bytes):
+            for b in data:
+                lists[min(b, 128)].add(r)
+            try:
+                chars.append(len(data.decode("utf-8")))
+            except UnicodeDecodeError:
+                lists[129].add(r)
+                chars.append(sum(1 for b in data if b < 0x80 or b >= 0xC0))
+        for c in range(130):
+            got = tt.rare_ranks[tt.rare_start[c]:tt.rare_start[c + 1]].tolist()
+            assert got == sorted(lists[c]), c
+        chars = np.array(chars)
+        assert (np.diff(chars[tt.by_chars]) <= 0).all() and sorted(tt.by_chars.tolist()) == list(range(n))
+        for L in range(tt.max_len + 1):
+            assert tt.more_chars[L] == int((chars > L).sum()), L
+        real = np.zeros(tt.vocab_size, dtype=bool)
+        real[tt.rank_to_id] = True
+        assert (gramgen.runtime.bitmask.unpack(tt.real_ids, tt.vocab_size) == real).all() and not real.all()
+
+
 @pytest.mark.parametrize("tokenizer", ["llama3", "llama2"])
 def test_native_token_runs_equal_numpy(monkeypatch, tokenizer):
     """The kernels behind exit walks (``run_suffixes``: one DFA over the rests of tokens;
@@ -423,6 +518,33 @@ def test_native_kernel_rejects_inconsistent_arrays():
         with pytest.raises(ValueError):
             run_pair(**change)
 
+    # the exception path's lists, from a state that takes it (a string body)
+    q = next(q for q in range(table.shape[0] - 1)
+             if lexeme_tokens.classify_tokens_excepted(tt, table, acc, q) is not None)
+    fields = list(lexeme_tokens._chain_fields(tt))
+    assert len(fields) == 9
+
+    def run_excepted(i=None, value=None, only=True):
+        f = list(fields)
+        if i is not None:
+            f[i] = value
+        return lexeme_tokens._tokenwalk.classify(
+            table, acc.astype(np.uint8), np.ones(256, np.uint8), q, tt.blob, tt.offsets, tt.lcp, tt.max_len,
+            tt.first_start, tt.rank_to_id, np.zeros(tt.n_words, np.uint32),
+            np.zeros((len(tt.sorted_bytes) + 31) // 32, np.uint32), *f, only)
+
+    assert run_excepted() >= 0
+    for i, value in ((4, tt.rare_start[::-1].copy()), (5, tt.rare_ranks + len(tt.sorted_bytes)),
+                     (5, tt.rare_ranks - 10**6), (6, tt.by_chars[:10].copy()), (7, tt.more_chars - 10**6),
+                     (8, tt.real_ids[:-1].copy()), (4, tt.rare_start.astype(np.int32))):
+        with pytest.raises(ValueError):
+            run_excepted(i, value)
+    with pytest.raises(ValueError):  # the exception path's fields without the chain shortcut's
+        lexeme_tokens._tokenwalk.classify(
+            table, acc.astype(np.uint8), np.ones(256, np.uint8), q, tt.blob, tt.offsets, tt.lcp, tt.max_len,
+            tt.first_start, tt.rank_to_id, np.zeros(tt.n_words, np.uint32),
+            np.zeros((len(tt.sorted_bytes) + 31) // 32, np.uint32), *fields[4:])
+
 
 def test_self_loop_shortcut_classifies_like_the_full_run(monkeypatch):
     """Tokens made only of bytes that loop on a state are set aside before the DFA run
@@ -448,15 +570,20 @@ def test_self_loop_shortcut_classifies_like_the_full_run(monkeypatch):
 
 
 @pytest.mark.parametrize("tokenizer", ["llama3", "phi3", "gpt2"])
-def test_neighbour_classification_equals_full(tokenizer):
+def test_neighbour_classification_equals_full(monkeypatch, tokenizer):
     """A lexeme state classified from a recently classified state of its own lexeme, or
     of another lexeme with the same followers (the tokens no longer than the depth to
     which the two agree keep that state's classes, the longer ones are walked,
     ``CompiledGrammar._classify_near``), must get exactly the classes of a full
     classification: on every state reached along random forward walks through each
     lexeme (one lexeme after another, and all of them in turn, as a generation
-    interleaves them) and on every state in numbering order. Both reuses must happen."""
+    interleaves them) and on every state in numbering order. Both reuses must happen.
+    (The exception path, which classifies string bodies and keys before any neighbour is
+    looked for, is off here: it has its own test.)"""
+    from gramgen.automata import lexeme_tokens
     from gramgen.runtime import compiled as compiled_module
+
+    monkeypatch.setattr(lexeme_tokens, "EXCEPTED", False)
 
     vocab = vocabulary(tokenizer)
     rng = random.Random(SEED)

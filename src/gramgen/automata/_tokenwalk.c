@@ -19,6 +19,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int
 check_buffer(const Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t min_items, const char *name)
@@ -273,19 +274,167 @@ fast_run(const Rests *x, int64_t r, int64_t hi, int32_t s1, int32_t chain1, cons
     return r;
 }
 
+/* Exception path (classify): when the chain of the start state itself takes all but a
+ * few tokens whole (a string body: every token without a quote, a backslash, a control
+ * byte or broken UTF-8, and not longer than a counted string's room), those few are the
+ * only ones walked and all others are inside at once. The token table lists, per ASCII
+ * byte c, the ranks of the tokens that contain it (start[c] .. start[c + 1] in ranks; 128:
+ * any byte >= 0x80; 129: bytes >= 0x80 that are not whole well-formed UTF-8 characters),
+ * the ranks by character count, most first (by_chars; more_chars[L] of them have more
+ * than L characters) and the ids that have a rank (real_ids, by id). A token outside the
+ * lists of the bytes the chain does not take has every character on the chain: alive at
+ * its end. */
+typedef struct {
+    const int64_t *start;
+    const int32_t *ranks;
+    int64_t n_list;
+    const int32_t *by_chars;
+    const int64_t *more_chars;
+    const uint32_t *real_ids;
+} Rare;
+
+/* The exception path is taken when the tokens to walk are at most this share of all */
+#define EXCEPTED_SHARE 8
+
+/* Marks the ranks of one list in `mark`; -1 for a rank out of range. */
+static int
+mark_ranks(uint64_t *mark, const int32_t *ranks, int64_t lo, int64_t hi, int64_t n_ranks)
+{
+    for (int64_t i = lo; i < hi; i++) {
+        const int32_t r = ranks[i];
+        if (r < 0 || r >= n_ranks)
+            return -1;
+        mark[r >> 6] |= (uint64_t)1 << (r & 63);
+    }
+    return 0;
+}
+
+/* Marks the ranks lo .. hi - 1. */
+static void
+mark_range(uint64_t *mark, int64_t lo, int64_t hi)
+{
+    for (; lo < hi && (lo & 63); lo++)
+        mark[lo >> 6] |= (uint64_t)1 << (lo & 63);
+    for (; lo + 64 <= hi; lo += 64)
+        mark[lo >> 6] = ~(uint64_t)0;
+    for (; lo < hi; lo++)
+        mark[lo >> 6] |= (uint64_t)1 << (lo & 63);
+}
+
+/* classify() by the exception path from `state`: 1 done, 0 the state does not qualify
+ * (nothing written), -1 an inconsistent table, -2 out of memory. */
+static int
+classify_excepted(Rests *x, const Rare *rare, const int32_t *table, int32_t sink, const uint8_t *acc,
+                  const uint8_t *follow, int32_t state, const uint8_t *blob, int64_t blob_len,
+                  const int64_t *offsets, const int64_t *fs, int64_t n_ranks, int64_t max_len, const int64_t *rank_to_id,
+                  uint32_t *inside, int64_t n_inside_words, uint32_t *exits, long *n_exits, int32_t *st,
+                  uint8_t *may_end)
+{
+    /* first characters: those the state's step takes lead to m; the rest from there */
+    state_step(x, table, sink, state);
+    const int32_t m = x->step[state];
+    if (m == sink)
+        return 0;
+    const uint64_t *first = x->bytes + 2 * (int64_t)state, *w = x->bytes + 2 * (int64_t)m;
+    int32_t room = chain_len(x, table, sink, m) + 1;  /* characters, the first included */
+    if (room > max_len)
+        room = (int32_t)max_len;  /* (a chain longer than any token) */
+    const int other = x->info[m] == 2 ? 129 : 128;
+    int64_t total = rare->start[other + 1] - rare->start[other] + rare->more_chars[room];
+    if (x->info[state] != 2)
+        total += fs[256] - fs[128];
+    for (int c = 0; c < 128; c++) {
+        if (!((first[c >> 6] >> (c & 63)) & 1))
+            total += fs[c + 1] - fs[c];
+        if (!((w[c >> 6] >> (c & 63)) & 1))
+            total += rare->start[c + 1] - rare->start[c];
+    }
+    if (total * EXCEPTED_SHARE > n_ranks)
+        return 0;
+    uint64_t *mark = calloc((size_t)(n_ranks + 63) / 64 + 1, sizeof(uint64_t));
+    if (!mark)
+        return -2;
+    int bad = mark_ranks(mark, rare->ranks, rare->start[other], rare->start[other + 1], n_ranks)
+              || mark_ranks(mark, rare->by_chars, 0, rare->more_chars[room], n_ranks);
+    if (x->info[state] != 2)
+        mark_range(mark, fs[128], fs[256]);
+    for (int c = 0; c < 128 && !bad; c++) {
+        if (!((first[c >> 6] >> (c & 63)) & 1))
+            mark_range(mark, fs[c], fs[c + 1]);
+        if (!((w[c >> 6] >> (c & 63)) & 1))
+            bad = mark_ranks(mark, rare->ranks, rare->start[c], rare->start[c + 1], n_ranks);
+    }
+    if (bad) {
+        free(mark);
+        return -1;
+    }
+    memcpy(inside, rare->real_ids, (size_t)n_inside_words * sizeof(uint32_t));
+    /* the marked tokens in rank order, each walked from the bytes it shares with the
+     * last one walked (st and may_end hold that walk up to `valid`) */
+    const uint8_t *prev = NULL;
+    int64_t valid = 0;
+    st[0] = state;
+    may_end[0] = 0;
+    for (int64_t i = 0; i < (n_ranks + 63) / 64; i++) {
+        for (uint64_t bits = mark[i]; bits; bits &= bits - 1) {
+            const int64_t r = i * 64 + __builtin_ctzll(bits);
+            const int64_t len = offsets[r + 1] - offsets[r], id = rank_to_id[r];
+            if (len < 1 || len > max_len || offsets[r] < 0 || offsets[r + 1] > blob_len || id < 0
+                || id >= n_inside_words * 32) {
+                free(mark);
+                return -1;
+            }
+            const uint8_t *tok = blob + offsets[r];
+            inside[id >> 5] &= ~((uint32_t)1 << (id & 31));
+            int64_t d = 0;
+            const int64_t lim = valid < len ? valid : len;  /* (valid <= prev_len) */
+            while (d < lim && tok[d] == prev[d])
+                d++;
+            int32_t q = st[d];
+            uint8_t e = may_end[d];
+            while (q != sink && d < len) {
+                if (d && !e && acc[q] && follow[tok[d]])
+                    e = 1;
+                q = table[(int64_t)q * 256 + tok[d]];
+                if ((uint32_t)q > (uint32_t)sink) {
+                    free(mark);
+                    return -1;
+                }
+                d++;
+                st[d] = q;
+                may_end[d] = e;
+            }
+            valid = d;
+            prev = tok;
+            if (q != sink) {
+                inside[id >> 5] |= (uint32_t)1 << (id & 31);
+            } else if (e) {
+                exits[r >> 5] |= (uint32_t)1 << (r & 31);
+                (*n_exits)++;
+            }
+        }
+    }
+    free(mark);
+    return 1;
+}
+
 static PyObject *
 classify(PyObject *self, PyObject *args)
 {
     Py_buffer table_b, acc_b, follow_b, blob_b, offsets_b, lcp_b, first_b, ids_b, inside_b, exits_b;
-    Py_buffer clen_b = {0}, rest_b = {0}, utf8_b = {0}, chars_b = {0};
-    int state;
+    /* optional: the chain shortcut's fields, then the exception path's */
+    Py_buffer opt[9] = {{0}};
+    Py_buffer *clen_b = &opt[0], *rest_b = &opt[1], *utf8_b = &opt[2], *chars_b = &opt[3];
+    Py_buffer *rstart_b = &opt[4], *rranks_b = &opt[5], *bychars_b = &opt[6], *more_b = &opt[7], *real_b = &opt[8];
+    int state, only_excepted = 0;
     Py_ssize_t max_len;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*y*", &table_b, &acc_b, &follow_b, &state,
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*y*y*y*y*y*y*p", &table_b, &acc_b, &follow_b, &state,
                           &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b,
-                          &clen_b, &rest_b, &utf8_b, &chars_b))
+                          clen_b, rest_b, utf8_b, chars_b, rstart_b, rranks_b, bychars_b, more_b, real_b,
+                          &only_excepted))
         return NULL;
-    const int shortcut = clen_b.buf != NULL;
+    const int shortcut = clen_b->buf != NULL, excepted = rstart_b->buf != NULL;
 
     const Py_ssize_t n_rows = table_b.len / (256 * 4);  /* DFA states plus the sink (last) */
     const Py_ssize_t n_ranks = lcp_b.len / 4;
@@ -295,12 +444,39 @@ classify(PyObject *self, PyObject *args)
         || check_buffer(&first_b, 8, 257, "first_start") || check_buffer(&ids_b, 8, n_ranks, "rank_to_id")
         || check_buffer(&inside_b, 4, 0, "inside") || check_buffer(&exits_b, 4, (n_ranks + 31) / 32, "exits"))
         goto done;
-    if (shortcut && (!rest_b.buf || !utf8_b.buf || !chars_b.buf || check_buffer(&clen_b, 1, n_ranks, "char_len")
-                     || check_buffer(&rest_b, 8, 2 * n_ranks, "rest") || check_buffer(&utf8_b, 1, n_ranks, "rest_utf8")
-                     || check_buffer(&chars_b, 2, n_ranks, "rest_chars"))) {
+    if (shortcut && (!rest_b->buf || !utf8_b->buf || !chars_b->buf || check_buffer(clen_b, 1, n_ranks, "char_len")
+                     || check_buffer(rest_b, 8, 2 * n_ranks, "rest") || check_buffer(utf8_b, 1, n_ranks, "rest_utf8")
+                     || check_buffer(chars_b, 2, n_ranks, "rest_chars"))) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "char_len, rest, rest_utf8 and rest_chars come together");
         goto done;
+    }
+    if (only_excepted && !excepted) {
+        PyErr_SetString(PyExc_ValueError, "only_excepted needs the exception path's fields");
+        goto done;
+    }
+    if (excepted && (!shortcut || !rranks_b->buf || !bychars_b->buf || !more_b->buf || !real_b->buf
+                     || check_buffer(rstart_b, 8, 131, "rare_start") || check_buffer(rranks_b, 4, 0, "rare_ranks")
+                     || check_buffer(bychars_b, 4, n_ranks, "by_chars")
+                     || check_buffer(more_b, 8, max_len + 1, "more_chars")
+                     || check_buffer(real_b, 4, inside_b.len / 4, "real_ids") || real_b->len != inside_b.len)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "the exception path's five fields come after the chain shortcut's, "
+                                              "together, and real_ids is as long as inside");
+        goto done;
+    }
+    if (excepted) {
+        const int64_t *rs = rstart_b->buf, *more = more_b->buf;
+        for (int c = 0; c < 131; c++)
+            if (rs[c] < 0 || rs[c] > rranks_b->len / 4 || (c && rs[c] < rs[c - 1])) {
+                PyErr_SetString(PyExc_ValueError, "rare_start is inconsistent");
+                goto done;
+            }
+        for (Py_ssize_t L = 0; L <= max_len; L++)
+            if (more[L] < 0 || more[L] > n_ranks) {
+                PyErr_SetString(PyExc_ValueError, "more_chars is out of range");
+                goto done;
+            }
     }
     if (state < 0 || state >= n_rows - 1) {
         PyErr_Format(PyExc_ValueError, "state %d is not a state of the table", state);
@@ -325,7 +501,7 @@ classify(PyObject *self, PyObject *args)
         goto done;
     int32_t *st = calloc((size_t)max_len + 1, sizeof(int32_t));
     uint8_t *may_end = calloc((size_t)max_len + 1, 1);
-    Rests x = {clen_b.buf, rest_b.buf, utf8_b.buf, chars_b.buf, (int32_t)max_len, NULL, NULL, NULL, NULL, NULL};
+    Rests x = {clen_b->buf, rest_b->buf, utf8_b->buf, chars_b->buf, (int32_t)max_len, NULL, NULL, NULL, NULL, NULL};
     if (shortcut) {
         x.bytes = calloc((size_t)n_rows * 2, sizeof(uint64_t));
         x.step = calloc((size_t)n_rows, sizeof(int32_t));
@@ -344,9 +520,21 @@ classify(PyObject *self, PyObject *args)
         goto done;
     }
     long n_exits = 0;
-    int bad = 0;
+    int bad = 0, nomem = 0;
     const int64_t blob_len = blob_b.len;
     Py_BEGIN_ALLOW_THREADS
+    if (excepted) {
+        const Rare rare = {rstart_b->buf, rranks_b->buf, rranks_b->len / 4, bychars_b->buf, more_b->buf, real_b->buf};
+        const int done = classify_excepted(&x, &rare, table, sink, acc, follow, state, blob, blob_len, offsets,
+                                           first_start, n_ranks, max_len, rank_to_id, inside, inside_b.len / 4, exits, &n_exits,
+                                           st, may_end);
+        bad = done == -1;
+        nomem = done == -2;
+        if (done || only_excepted) {
+            n_exits = done ? n_exits : -1;
+            goto walked;
+        }
+    }
     for (int b = 0; b < 256; b++) {
         const int32_t s1 = table[(int64_t)state * 256 + b];
         if (s1 == sink)
@@ -439,7 +627,9 @@ walked:
     free(st);
     free(may_end);
     rests_free(&x);
-    if (bad)
+    if (nomem)
+        PyErr_NoMemory();
+    else if (bad)
         PyErr_SetString(PyExc_ValueError, "inconsistent token table or DFA table");
     else
         result = PyLong_FromLong(n_exits);
@@ -455,15 +645,8 @@ done:
     PyBuffer_Release(&ids_b);
     PyBuffer_Release(&inside_b);
     PyBuffer_Release(&exits_b);
-    if (shortcut) {
-        PyBuffer_Release(&clen_b);
-        if (rest_b.buf)
-            PyBuffer_Release(&rest_b);
-        if (utf8_b.buf)
-            PyBuffer_Release(&utf8_b);
-        if (chars_b.buf)
-            PyBuffer_Release(&chars_b);
-    }
+    for (int i = 0; i < 9; i++)
+        PyBuffer_Release(&opt[i]);  /* (one never filled has no object: a no-op) */
     return result;
 }
 
@@ -917,9 +1100,11 @@ done:
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
      "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits"
-     "[, char_len, rest, rest_utf8, rest_chars]) -> number of exit tokens; sets the bits of inside (by token id)"
-     " and exits (by rank). The last four (TokenTable.char_len, rest_bits, rest_utf8, rest_chars) turn the chain"
-     " shortcut on."},
+     "[, char_len, rest, rest_utf8, rest_chars[, rare_start, rare_ranks, by_chars, more_chars, real_ids"
+     "[, only_excepted]]]) -> number of exit tokens; sets the bits of inside (by token id) and exits (by rank)."
+     " char_len .. rest_chars (TokenTable fields of those names; rest_bits for rest) turn the chain shortcut on,"
+     " rare_start .. real_ids the exception path; only_excepted: -1, nothing written, when the state does not"
+     " qualify for it."},
     {"classify_pair", classify_pair, METH_VARARGS,
      "classify_pair(table, acc, follow, state, state2, blob, offsets, lcp, max_len, first_start, rank_to_id,"
      " inside, exits): classify() from the classes of state2 (of the same DFA), held by inside and exits on"

@@ -77,28 +77,55 @@ _ALL_BYTES = np.ones(256, dtype=bool)
 def classify_tokens_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
                            follow: np.ndarray | None = None) -> LexemeTokens:
     """:func:`classify_tokens` by the C kernel (requires ``_tokenwalk``)."""
+    return _classify_native(tt, table, acc, state, follow, False)
+
+
+def classify_tokens_excepted(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
+                             follow: np.ndarray | None = None) -> LexemeTokens | None:
+    """:func:`classify_tokens` when the state's chain takes all but a few tokens whole
+    (a string body), which makes the classes cheap: only those few are walked (the C
+    kernel's exception path). None, at the cost of a few hundred byte tests, for any
+    other state, or without the native kernel."""
+    if not (NATIVE and EXCEPTED) or tt.max_len >= 0xFFFF or not len(tt.sorted_bytes):
+        return None
+    return _classify_native(tt, table, acc, state, follow, True)
+
+
+def _classify_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
+                     follow: np.ndarray | None, only_excepted: bool) -> LexemeTokens | None:
     if _tokenwalk is None:
         raise RuntimeError("gramgen's native kernel (gramgen.automata._tokenwalk) is not built")
     n_ranks = len(tt.sorted_bytes)
     inside = np.zeros(tt.n_words, dtype=np.uint32)
     exits = np.zeros((n_ranks + 31) // 32, dtype=np.uint32)
-    if n_ranks:
-        n_exits = _tokenwalk.classify(
-            np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),
-            _as_u8(_ALL_BYTES if follow is None else follow), int(state),
-            tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits,
-            *_chain_fields(tt))
-    else:
-        n_exits = 0
+    if not n_ranks:
+        return LexemeTokens(inside=inside, exits=exits, n_exits=0)
+    fields = _chain_fields(tt)
+    n_exits = _tokenwalk.classify(
+        np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),
+        _as_u8(_ALL_BYTES if follow is None else follow), int(state),
+        tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits,
+        *fields, *((only_excepted,) if only_excepted else ()))
+    if n_exits < 0:
+        return None
     return LexemeTokens(inside=inside, exits=exits, n_exits=n_exits)
 
 
+#: whether :func:`classify_tokens_native` passes the fields of the exception path (a
+#: state whose chain takes all but a few tokens whole walks only those; see _tokenwalk.c)
+EXCEPTED = True
+
+
 def _chain_fields(tt: TokenTable) -> tuple:
-    """The token table's fields for the native walk's chain shortcut (none, which turns
-    it off, for tokens so long that their character counts would not fit 16 bits)."""
+    """The token table's fields for the native walk's chain shortcut and exception path
+    (none, which turns both off, for tokens so long that their character counts would not
+    fit 16 bits)."""
     if tt.max_len >= 0xFFFF:
         return ()
-    return tt.char_len, tt.rest_bits, tt.rest_utf8, tt.rest_chars
+    chain = (tt.char_len, tt.rest_bits, tt.rest_utf8, tt.rest_chars)
+    if not EXCEPTED:
+        return chain
+    return chain + (tt.rare_start, tt.rare_ranks, tt.by_chars, tt.more_chars, tt.real_ids)
 
 
 def classify_tokens_from(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int, follow: np.ndarray,

@@ -124,6 +124,37 @@ class TokenTable:
                 except UnicodeDecodeError:
                     pass
         self.rest_utf8 = utf8
+        self._rare(blob, starts, lengths)
+
+    def _rare(self, blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """What the native walk's exception path reads (see ``_tokenwalk.c``): the ranks of
+        the tokens that contain each ASCII byte ``c`` (``rare_ranks[rare_start[c]:rare_start[c
+        + 1]]``, ascending), then of those with a byte >= 0x80 (128) and of those whose
+        bytes >= 0x80 are not whole well-formed UTF-8 characters (129); ``by_chars``, the
+        ranks by character count, most first, and ``more_chars[L]``, how many have more than
+        ``L`` characters; ``real_ids``, the packed set of token ids that have a rank."""
+        n = len(lengths)
+        if n:
+            token_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+            cls = np.minimum(blob, 128).astype(np.int64)
+            pairs = np.unique(cls * n + token_of)
+            listed = [pairs]
+            broken = [r for r in np.unique(token_of[blob >= 0x80]).tolist() if not _whole_utf8(self.sorted_bytes[r])]
+            listed.append(129 * n + np.array(broken, dtype=np.int64))
+            pairs = np.concatenate(listed)
+            self.rare_start = np.searchsorted(pairs // n, np.arange(131), side="left").astype(np.int64)
+            self.rare_ranks = (pairs % n).astype(np.int32)
+            chars = np.add.reduceat(((blob < 0x80) | (blob >= 0xC0)).astype(np.int64), starts)
+        else:
+            self.rare_start = np.zeros(131, dtype=np.int64)
+            self.rare_ranks = np.zeros(0, dtype=np.int32)
+            chars = np.zeros(0, dtype=np.int64)
+        self.by_chars = np.argsort(-chars, kind="stable").astype(np.int32)
+        self.more_chars = (n - np.cumsum(np.bincount(np.minimum(chars, self.max_len), minlength=self.max_len + 1)))
+        self.more_chars = self.more_chars.astype(np.int64)
+        real = np.zeros(self.vocab_size, dtype=bool)
+        real[self.rank_to_id] = True
+        self.real_ids = pack(real)
 
     def longer_than(self, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The ranks of the tokens longer than ``depth`` bytes (ascending), and packed masks
@@ -177,6 +208,15 @@ class TokenTable:
         """How many tokens start with ``prefix``."""
         lo = bisect.bisect_left(self.sorted_bytes, prefix)
         return self.prefix_end(prefix, lo) - lo
+
+
+def _whole_utf8(data: bytes) -> bool:
+    """Whether ``data`` is well-formed UTF-8 (whole characters, no surrogates or overlong forms)."""
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 _TABLES: dict[tuple[str, frozenset[int]], TokenTable] = {}

@@ -10,7 +10,8 @@ import numpy as np
 from ..automata.dfa import canonical_form, compile_regexes, probe_bytes
 from ..automata.earley import Interner, ParserTables
 from ..automata import lexeme_tokens as _lexeme_tokens
-from ..automata.lexeme_tokens import LexemeTokens, classify_tokens, classify_tokens_from, run_suffixes
+from ..automata.lexeme_tokens import (LexemeTokens, classify_tokens, classify_tokens_excepted, classify_tokens_from,
+                                      run_suffixes)
 from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..errors import GrammarError
@@ -135,8 +136,10 @@ class CompiledGrammar:
         is small (a string body, with the bytes that may follow its end) is looked up
         among the classes of every grammar compiled for this vocabulary in this process:
         equal futures (``dfa.canonical_form``) and follow bytes classify alike, whichever
-        lexeme and grammar they come from. Else see :meth:`_classify_here`. A state whose
-        first bytes start few tokens is walked in full at once."""
+        lexeme and grammar they come from. Else a state whose chain of like states takes
+        all but a few tokens whole walks only those (``classify_tokens_excepted``), and any
+        other see :meth:`_classify_here`. A state whose first bytes start few tokens is
+        walked in full at once."""
         table, acc = self.sink_tables[lexeme]
         tt = self.token_table
         alive = table[state] != table.shape[0] - 1
@@ -153,7 +156,10 @@ class CompiledGrammar:
                 found = tt.shared_classes.get(key)
                 if found is not None:
                     return found
-        found = self._classify_here(lexeme, state, alive, n_alive)
+        # a string body walks only its few exceptions, cheaper than finding a neighbour
+        found = classify_tokens_excepted(tt, table, acc, state, self.follow_masks[lexeme])
+        if found is None:
+            found = self._classify_here(lexeme, state, alive, n_alive)
         if key is not None and not self._filtered:
             # (after precompute, classes reused from a state with dropped exits may lack
             # exits that hold in another grammar: those are not shared)
