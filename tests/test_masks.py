@@ -370,6 +370,54 @@ def test_exception_path_against_numpy(tokenizer):
     assert sum(taken.values()) >= 40, taken
 
 
+@pytest.mark.parametrize("tokenizer", ["llama3", "odd"])
+def test_chain_memo_keeps_classes(tokenizer):
+    """A chain memo kept per DFA across calls (filled in any order, by two threads at
+    once) gives the classes of calls without one; a memo of the wrong size raises."""
+    import threading
+
+    from gramgen.automata import lexeme_tokens
+
+    if lexeme_tokens._tokenwalk is None:
+        assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native kernel was not built"
+        pytest.skip("gramgen.automata._tokenwalk was not built (no C compiler at install)")
+    vocab = _odd_vocabulary() if tokenizer == "odd" else vocabulary(tokenizer)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"), vocab,
+                         precompute=False)
+    tt = cg.token_table
+    rng = random.Random(SEED)
+    checked = 0
+    for k, dfa in enumerate(cg.tables.lex_dfas):
+        table, acc = cg.sink_tables[k]
+        states = list(range(dfa.n_states))
+        rng.shuffle(states)
+        states = states[:60]
+        want = {q: lexeme_tokens.classify_tokens_native(tt, table, acc, q, cg.follow_masks[k]) for q in states}
+        memo = lexeme_tokens.chain_memo(table)
+        got: dict = {}
+
+        def run(order, tag):
+            for q in order:
+                got[q, tag] = lexeme_tokens.classify_tokens_native(tt, table, acc, q, cg.follow_masks[k], memo)
+
+        threads = [threading.Thread(target=run, args=(order, tag)) for tag, order in enumerate((states, states[::-1]))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        run(states, 2)  # a second pass reads what the first ones kept
+        assert len(got) == 3 * len(states)
+        for (q, _), lt in got.items():
+            ref = want[q]
+            assert (lt.inside == ref.inside).all() and (lt.exits == ref.exits).all() and lt.n_exits == ref.n_exits
+            checked += 1
+        assert memo.any() or dfa.n_states < 3
+    assert checked > 300
+    table, acc = cg.sink_tables[0]
+    with pytest.raises(ValueError):
+        lexeme_tokens.classify_tokens_native(tt, table, acc, 0, None, np.zeros(8, np.uint8))
+
+
 def test_token_table_rare_fields():
     """The exception path's per-vocabulary lists (ranks containing each ASCII byte, any
     byte >= 0x80, broken UTF-8; ranks by character count; ids with a rank) against a

@@ -68,17 +68,49 @@ check_trie(const int64_t *first_start, Py_ssize_t n_ranks, Py_ssize_t max_len)
  * the chain of such states goes on with the same bytes (chain; max_len when it loops).
  * Most tokens of a vocabulary are a first character and a rest of letters, digits and
  * punctuation: in a string body they cost a few loads instead of a DFA step per byte. */
+/* What the chain shortcut knows of one DFA state. A caller may keep an array of these
+ * per DFA across calls (they depend only on the table and the longest token), and
+ * threads may fill it at once: each field is written only with its one final value, and
+ * `info` and `chain` are published after the fields they summarize. */
+typedef struct {
+    uint64_t bytes[2];  /* the ASCII bytes that lead to its step (bit 0 never) */
+    int32_t step;       /* the state most ASCII bytes lead to (the sink: none) */
+    int32_t chain;      /* chain length plus one; 0 until known */
+    uint8_t info;       /* 0 not computed, 1 computed, 2 also every UTF-8 character steps */
+    uint8_t pad[7];
+} StateInfo;
+
+/* A chain that does not loop is followed this many steps at most (each new state costs
+ * a scan of its row and of the UTF-8 characters): a longer one counts as this long, and a
+ * token with more characters after its first is walked. */
+#define CHAIN_STEPS 24
+
+static inline uint8_t
+info_of(const StateInfo *si)
+{
+    return __atomic_load_n(&si->info, __ATOMIC_ACQUIRE);
+}
+
+static inline int32_t
+chain_of(const StateInfo *si)
+{
+    return __atomic_load_n(&si->chain, __ATOMIC_ACQUIRE) - 1;
+}
+
+static inline void
+set_chain(StateInfo *si, int32_t chain)
+{
+    __atomic_store_n(&si->chain, chain + 1, __ATOMIC_RELEASE);
+}
+
 typedef struct {
     const uint8_t *char_len;
     const uint64_t *rest;
     const uint8_t *rest_utf8;
     const uint16_t *rest_chars;
-    int32_t cap;      /* the longest token: a chain this long takes every rest */
-    uint64_t *bytes;  /* per state, 2 words: the ASCII bytes that lead to its step (bit 0 never) */
-    int32_t *step;    /* per state: the state most ASCII bytes lead to (the sink: none) */
-    int32_t *chain;   /* per state: chain length, -1 until known */
-    uint8_t *info;    /* per state: 0 not computed, 1 computed, 2 also UTF-8 characters step */
-    int32_t *path;    /* scratch, CHAIN_STEPS + 2 states */
+    int32_t cap;        /* the longest token: a chain this long takes every rest */
+    StateInfo *states;  /* per DFA state, filled on first use (see StateInfo) */
+    int32_t path[CHAIN_STEPS + 2];  /* scratch */
 } Rests;
 
 /* The well-formed UTF-8 sequences (Unicode table 3-7): per row, its length and the byte
@@ -137,7 +169,8 @@ utf8_steps(const int32_t *table, int32_t sink, int32_t s, int32_t t)
 static void
 state_step(Rests *x, const int32_t *table, int32_t sink, int32_t s)
 {
-    if (x->info[s])
+    StateInfo *si = x->states + s;
+    if (info_of(si))
         return;
     const int32_t *row = table + (int64_t)s * 256;
     int32_t cand[8];
@@ -165,16 +198,11 @@ state_step(Rests *x, const int32_t *table, int32_t sink, int32_t s)
         for (int b = 1; b < 128; b++)
             if (row[b] == t)
                 w[b >> 6] |= (uint64_t)1 << (b & 63);
-    x->bytes[2 * (int64_t)s] = w[0];
-    x->bytes[2 * (int64_t)s + 1] = w[1];
-    x->step[s] = t;
-    x->info[s] = (uint8_t)(1 + (t != sink && utf8_steps(table, sink, s, t)));
+    si->bytes[0] = w[0];
+    si->bytes[1] = w[1];
+    si->step = t;
+    __atomic_store_n(&si->info, (uint8_t)(1 + (t != sink && utf8_steps(table, sink, s, t))), __ATOMIC_RELEASE);
 }
-
-/* A chain that does not loop is followed this many steps at most (each new state costs
- * a scan of its row and of the UTF-8 characters): a longer one counts as this long, and a
- * token with more characters after its first is walked. */
-#define CHAIN_STEPS 24
 
 /* The chain length of state s (alive): 0 when no byte steps; the cap when it loops;
  * else one more than its step's when the step takes the same bytes the same way, else 1
@@ -182,14 +210,15 @@ state_step(Rests *x, const int32_t *table, int32_t sink, int32_t s)
 static int32_t
 chain_len(Rests *x, const int32_t *table, int32_t sink, int32_t s)
 {
-    if (x->chain[s] >= 0)
-        return x->chain[s];
+    StateInfo *const si = x->states;
+    if (chain_of(si + s) >= 0)
+        return chain_of(si + s);
     int n = 0;
     int32_t cur = s, last;
     for (;;) {
         state_step(x, table, sink, cur);
         x->path[n++] = cur;
-        const int32_t t = x->step[cur];
+        const int32_t t = si[cur].step;
         if (t == sink) {
             last = 0;
             break;
@@ -199,38 +228,28 @@ chain_len(Rests *x, const int32_t *table, int32_t sink, int32_t s)
             break;
         }
         if (n > CHAIN_STEPS) {  /* s's chain is longer: CHAIN_STEPS stands for it */
-            x->chain[s] = CHAIN_STEPS;
+            set_chain(si + s, CHAIN_STEPS);
             return CHAIN_STEPS;
         }
         state_step(x, table, sink, t);
-        if (x->bytes[2 * (int64_t)t] != x->bytes[2 * (int64_t)cur]
-            || x->bytes[2 * (int64_t)t + 1] != x->bytes[2 * (int64_t)cur + 1] || x->info[t] != x->info[cur]) {
+        if (si[t].bytes[0] != si[cur].bytes[0] || si[t].bytes[1] != si[cur].bytes[1]
+            || info_of(si + t) != info_of(si + cur)) {
             last = 1;
             break;
         }
-        if (x->chain[t] >= 0) {
-            last = x->chain[t] + 1 < x->cap ? x->chain[t] + 1 : x->cap;
+        if (chain_of(si + t) >= 0) {
+            last = chain_of(si + t) + 1 < x->cap ? chain_of(si + t) + 1 : x->cap;
             break;
         }
         cur = t;
     }
     /* path[n - 1] gets `last`, each earlier state one more (up to the cap) */
     for (int i = n - 1; i >= 0; i--) {
-        if (x->chain[x->path[i]] < 0)
-            x->chain[x->path[i]] = last;
+        if (chain_of(si + x->path[i]) < 0)
+            set_chain(si + x->path[i], last);
         last = last + 1 < x->cap ? last + 1 : x->cap;
     }
-    return x->chain[s];
-}
-
-static void
-rests_free(Rests *x)
-{
-    free(x->bytes);
-    free(x->step);
-    free(x->chain);
-    free(x->info);
-    free(x->path);
+    return chain_of(si + s);
 }
 
 /* Whether the rest of token r takes state s (alive) along its chain, staying alive. */
@@ -238,10 +257,10 @@ static inline int
 rest_steps(Rests *x, const int32_t *table, int32_t sink, int32_t s, int64_t r)
 {
     const int32_t chain = chain_len(x, table, sink, s);
-    const uint64_t *w = x->bytes + 2 * (int64_t)s;
+    const uint64_t *w = x->states[s].bytes;
     uint64_t m0 = x->rest[2 * r] & ~w[0];
     const uint64_t m1 = x->rest[2 * r + 1] & ~w[1];
-    if (m0 == 1 && x->rest_utf8[r] && x->info[s] == 2)
+    if (m0 == 1 && x->rest_utf8[r] && info_of(x->states + s) == 2)
         m0 = 0;
     return !(m0 | m1) && x->rest_chars[r] <= chain;
 }
@@ -254,8 +273,8 @@ static int64_t
 fast_run(const Rests *x, int64_t r, int64_t hi, int32_t s1, int32_t chain1, const int64_t *restrict rank_to_id,
          int64_t n_inside_bits, uint32_t *restrict inside)
 {
-    const uint64_t g0 = x->bytes[2 * (int64_t)s1], g1 = x->bytes[2 * (int64_t)s1 + 1];
-    const int utf8 = x->info[s1] == 2, counted = chain1 < x->cap;
+    const uint64_t g0 = x->states[s1].bytes[0], g1 = x->states[s1].bytes[1];
+    const int utf8 = info_of(x->states + s1) == 2, counted = chain1 < x->cap;
     const uint8_t *restrict char_len = x->char_len, *restrict rest_utf8 = x->rest_utf8;
     const uint64_t *restrict rest = x->rest;
     const uint16_t *restrict rest_chars = x->rest_chars;
@@ -332,16 +351,16 @@ classify_excepted(Rests *x, const Rare *rare, const int32_t *table, int32_t sink
 {
     /* first characters: those the state's step takes lead to m; the rest from there */
     state_step(x, table, sink, state);
-    const int32_t m = x->step[state];
+    const int32_t m = x->states[state].step;
     if (m == sink)
         return 0;
-    const uint64_t *first = x->bytes + 2 * (int64_t)state, *w = x->bytes + 2 * (int64_t)m;
+    const uint64_t *first = x->states[state].bytes, *w = x->states[m].bytes;
     int32_t room = chain_len(x, table, sink, m) + 1;  /* characters, the first included */
     if (room > max_len)
         room = (int32_t)max_len;  /* (a chain longer than any token) */
-    const int other = x->info[m] == 2 ? 129 : 128;
+    const int other = info_of(x->states + m) == 2 ? 129 : 128;
     int64_t total = rare->start[other + 1] - rare->start[other] + rare->more_chars[room];
-    if (x->info[state] != 2)
+    if (info_of(x->states + state) != 2)
         total += fs[256] - fs[128];
     for (int c = 0; c < 128; c++) {
         if (!((first[c >> 6] >> (c & 63)) & 1))
@@ -356,7 +375,7 @@ classify_excepted(Rests *x, const Rare *rare, const int32_t *table, int32_t sink
         return -2;
     int bad = mark_ranks(mark, rare->ranks, rare->start[other], rare->start[other + 1], n_ranks)
               || mark_ranks(mark, rare->by_chars, 0, rare->more_chars[room], n_ranks);
-    if (x->info[state] != 2)
+    if (info_of(x->states + state) != 2)
         mark_range(mark, fs[128], fs[256]);
     for (int c = 0; c < 128 && !bad; c++) {
         if (!((first[c >> 6] >> (c & 63)) & 1))
@@ -426,13 +445,14 @@ classify(PyObject *self, PyObject *args)
     Py_buffer opt[9] = {{0}};
     Py_buffer *clen_b = &opt[0], *rest_b = &opt[1], *utf8_b = &opt[2], *chars_b = &opt[3];
     Py_buffer *rstart_b = &opt[4], *rranks_b = &opt[5], *bychars_b = &opt[6], *more_b = &opt[7], *real_b = &opt[8];
+    Py_buffer memo_b = {0};
     int state, only_excepted = 0;
     Py_ssize_t max_len;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*y*y*y*y*y*y*p", &table_b, &acc_b, &follow_b, &state,
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*y*y*y*y*y*y*pw*", &table_b, &acc_b, &follow_b, &state,
                           &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b,
                           clen_b, rest_b, utf8_b, chars_b, rstart_b, rranks_b, bychars_b, more_b, real_b,
-                          &only_excepted))
+                          &only_excepted, &memo_b))
         return NULL;
     const int shortcut = clen_b->buf != NULL, excepted = rstart_b->buf != NULL;
 
@@ -449,6 +469,12 @@ classify(PyObject *self, PyObject *args)
                      || check_buffer(chars_b, 2, n_ranks, "rest_chars"))) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "char_len, rest, rest_utf8 and rest_chars come together");
+        goto done;
+    }
+    if (memo_b.buf && (!excepted || memo_b.len != n_rows * (Py_ssize_t)sizeof(StateInfo)
+                       || ((uintptr_t)memo_b.buf & 7))) {
+        PyErr_Format(PyExc_ValueError, "memo: expected %zd bytes (8-aligned) with the exception path's fields",
+                     n_rows * (Py_ssize_t)sizeof(StateInfo));
         goto done;
     }
     if (only_excepted && !excepted) {
@@ -501,21 +527,14 @@ classify(PyObject *self, PyObject *args)
         goto done;
     int32_t *st = calloc((size_t)max_len + 1, sizeof(int32_t));
     uint8_t *may_end = calloc((size_t)max_len + 1, 1);
-    Rests x = {clen_b->buf, rest_b->buf, utf8_b->buf, chars_b->buf, (int32_t)max_len, NULL, NULL, NULL, NULL, NULL};
-    if (shortcut) {
-        x.bytes = calloc((size_t)n_rows * 2, sizeof(uint64_t));
-        x.step = calloc((size_t)n_rows, sizeof(int32_t));
-        x.chain = malloc((size_t)n_rows * sizeof(int32_t));
-        x.info = calloc((size_t)n_rows, 1);
-        x.path = calloc(CHAIN_STEPS + 2, sizeof(int32_t));
-        if (x.chain)
-            for (Py_ssize_t i = 0; i < n_rows; i++)
-                x.chain[i] = -1;
-    }
-    if (!st || !may_end || (shortcut && (!x.bytes || !x.step || !x.chain || !x.info || !x.path))) {
+    Rests x = {clen_b->buf, rest_b->buf, utf8_b->buf, chars_b->buf, (int32_t)max_len, NULL, {0}};
+    StateInfo *own = NULL;  /* the states' chain facts, when the caller keeps none */
+    if (shortcut)
+        x.states = memo_b.buf ? (StateInfo *)memo_b.buf : (own = calloc((size_t)n_rows, sizeof(StateInfo)));
+    if (!st || !may_end || (shortcut && !x.states)) {
         free(st);
         free(may_end);
-        rests_free(&x);
+        free(own);
         PyErr_NoMemory();
         goto done;
     }
@@ -626,7 +645,7 @@ walked:
     Py_END_ALLOW_THREADS
     free(st);
     free(may_end);
-    rests_free(&x);
+    free(own);
     if (nomem)
         PyErr_NoMemory();
     else if (bad)
@@ -647,6 +666,7 @@ done:
     PyBuffer_Release(&exits_b);
     for (int i = 0; i < 9; i++)
         PyBuffer_Release(&opt[i]);  /* (one never filled has no object: a no-op) */
+    PyBuffer_Release(&memo_b);
     return result;
 }
 
@@ -1097,6 +1117,15 @@ done:
     return result;
 }
 
+static PyObject *
+memo_size(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n_rows;
+    if (!PyArg_ParseTuple(args, "n", &n_rows))
+        return NULL;
+    return PyLong_FromSsize_t(n_rows * (Py_ssize_t)sizeof(StateInfo));
+}
+
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
      "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits"
@@ -1104,7 +1133,9 @@ static PyMethodDef methods[] = {
      "[, only_excepted]]]) -> number of exit tokens; sets the bits of inside (by token id) and exits (by rank)."
      " char_len .. rest_chars (TokenTable fields of those names; rest_bits for rest) turn the chain shortcut on,"
      " rare_start .. real_ids the exception path; only_excepted: -1, nothing written, when the state does not"
-     " qualify for it."},
+     " qualify for it; memo: a zeroed writable buffer of memo_size(table) bytes kept per DFA table (and vocabulary)"
+     " across calls, where the chain facts of its states are kept."},
+    {"memo_size", memo_size, METH_VARARGS, "memo_size(n_rows) -> bytes of classify()'s memo for a table of n_rows"},
     {"classify_pair", classify_pair, METH_VARARGS,
      "classify_pair(table, acc, follow, state, state2, blob, offsets, lcp, max_len, first_start, rank_to_id,"
      " inside, exits): classify() from the classes of state2 (of the same DFA), held by inside and exits on"

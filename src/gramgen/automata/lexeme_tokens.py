@@ -62,37 +62,48 @@ SPARSE_SHARE = 0.25
 
 
 def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
-                    follow: np.ndarray | None = None) -> LexemeTokens:
+                    follow: np.ndarray | None = None, memo: np.ndarray | None = None) -> LexemeTokens:
     """``table``/``acc``: a DFA with its sink state last (``ByteDFA.sink_table()``); ``follow``:
     bool[256], the bytes that may come right after the lexeme ends (a token that ends the
-    lexeme and continues with another byte is rejected outright)."""
+    lexeme and continues with another byte is rejected outright); ``memo``: see
+    :func:`chain_memo`."""
     if NATIVE:
-        return classify_tokens_native(tt, table, acc, state, follow)
+        return classify_tokens_native(tt, table, acc, state, follow, memo)
     return classify_tokens_numpy(tt, table, acc, state, follow)
+
+
+def chain_memo(table: np.ndarray) -> np.ndarray | None:
+    """A buffer the native walk keeps what it learns of the states of ``table`` in (which
+    bytes step each one along a chain, and how far), for later calls on the same table
+    with the same token table; None without the native kernel. Threads may share it."""
+    if _tokenwalk is None:
+        return None
+    return np.zeros(_tokenwalk.memo_size(table.shape[0]), dtype=np.uint8)
 
 
 _ALL_BYTES = np.ones(256, dtype=bool)
 
 
 def classify_tokens_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
-                           follow: np.ndarray | None = None) -> LexemeTokens:
+                           follow: np.ndarray | None = None, memo: np.ndarray | None = None) -> LexemeTokens:
     """:func:`classify_tokens` by the C kernel (requires ``_tokenwalk``)."""
-    return _classify_native(tt, table, acc, state, follow, False)
+    return _classify_native(tt, table, acc, state, follow, False, memo)
 
 
 def classify_tokens_excepted(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
-                             follow: np.ndarray | None = None) -> LexemeTokens | None:
+                             follow: np.ndarray | None = None, memo: np.ndarray | None = None
+                             ) -> LexemeTokens | None:
     """:func:`classify_tokens` when the state's chain takes all but a few tokens whole
     (a string body), which makes the classes cheap: only those few are walked (the C
     kernel's exception path). None, at the cost of a few hundred byte tests, for any
     other state, or without the native kernel."""
     if not (NATIVE and EXCEPTED) or tt.max_len >= 0xFFFF or not len(tt.sorted_bytes):
         return None
-    return _classify_native(tt, table, acc, state, follow, True)
+    return _classify_native(tt, table, acc, state, follow, True, memo)
 
 
 def _classify_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
-                     follow: np.ndarray | None, only_excepted: bool) -> LexemeTokens | None:
+                     follow: np.ndarray | None, only_excepted: bool, memo: np.ndarray | None) -> LexemeTokens | None:
     if _tokenwalk is None:
         raise RuntimeError("gramgen's native kernel (gramgen.automata._tokenwalk) is not built")
     n_ranks = len(tt.sorted_bytes)
@@ -101,11 +112,12 @@ def _classify_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: 
     if not n_ranks:
         return LexemeTokens(inside=inside, exits=exits, n_exits=0)
     fields = _chain_fields(tt)
+    if len(fields) == 9:  # the exception path's fields: then the flag, and the memo if kept
+        fields += (only_excepted,) + (() if memo is None else (memo,))
     n_exits = _tokenwalk.classify(
         np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),
         _as_u8(_ALL_BYTES if follow is None else follow), int(state),
-        tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits,
-        *fields, *((only_excepted,) if only_excepted else ()))
+        tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits, *fields)
     if n_exits < 0:
         return None
     return LexemeTokens(inside=inside, exits=exits, n_exits=n_exits)

@@ -10,8 +10,8 @@ import numpy as np
 from ..automata.dfa import canonical_form, compile_regexes, probe_bytes
 from ..automata.earley import Interner, ParserTables
 from ..automata import lexeme_tokens as _lexeme_tokens
-from ..automata.lexeme_tokens import (LexemeTokens, classify_tokens, classify_tokens_excepted, classify_tokens_from,
-                                      run_suffixes)
+from ..automata.lexeme_tokens import (LexemeTokens, chain_memo, classify_tokens, classify_tokens_excepted,
+                                      classify_tokens_from, run_suffixes)
 from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..errors import GrammarError
@@ -73,6 +73,8 @@ class CompiledGrammar:
         #: per lexeme: its DFA with an explicit sink state, and bool[256] of the bytes that
         #: may follow it (see ParserTables.follow_bytes); shared by classification and walks
         self.sink_tables = [d.sink_table() for d in self.tables.lex_dfas]
+        #: per lexeme, what the native walk learned of its DFA states (lexeme_tokens.chain_memo)
+        self._memos = _LazyMemos(self.sink_tables)
         self.follow_masks = [np.unpackbits(np.frombuffer(f.to_bytes(32, "little"), dtype=np.uint8),
                                       bitorder="little").astype(bool)
                         for f in self.tables.follow_bytes]
@@ -147,7 +149,7 @@ class CompiledGrammar:
         if n_alive * self.SPARSE_SHARE < len(tt.sorted_bytes):
             # few tokens start with a byte this state takes: the full walk visits only
             # those, cheaper than looking for a neighbour
-            return classify_tokens(tt, table, acc, state, self.follow_masks[lexeme])
+            return classify_tokens(tt, table, acc, state, self.follow_masks[lexeme], self._memos[lexeme])
         key = None
         if self.SHARED_STATES:
             key = canonical_form(table, acc, state, self.SHARED_STATES)
@@ -157,7 +159,7 @@ class CompiledGrammar:
                 if found is not None:
                     return found
         # a string body walks only its few exceptions, cheaper than finding a neighbour
-        found = classify_tokens_excepted(tt, table, acc, state, self.follow_masks[lexeme])
+        found = classify_tokens_excepted(tt, table, acc, state, self.follow_masks[lexeme], self._memos[lexeme])
         if found is None:
             found = self._classify_here(lexeme, state, alive, n_alive)
         if key is not None and not self._filtered:
@@ -210,7 +212,7 @@ class CompiledGrammar:
             q = self._pair_candidate(table, state, alive, n_alive, candidates_same)
             if q is not None:
                 return classify_tokens_from(tt, table, acc, state, follow, q, self._lexeme_tokens[(lexeme, q)])
-        return classify_tokens(tt, table, acc, state, follow)
+        return classify_tokens(tt, table, acc, state, follow, self._memos[lexeme])
 
     def _pair_candidate(self, table: np.ndarray, state: int, alive: np.ndarray, n_alive: int,
                         candidates) -> int | None:
@@ -350,6 +352,18 @@ class CompiledGrammar:
                     filtered = self._drop_hopeless_exits(found, k, q)
                     with self._lock:
                         self._lexeme_tokens[(k, q)] = filtered
+
+
+class _LazyMemos(dict):
+    """lexeme -> its chain memo, made on first use (most lexemes never need one)."""
+
+    def __init__(self, sink_tables: list):
+        super().__init__()
+        self._tables = sink_tables
+
+    def __missing__(self, lexeme: int):
+        # (two threads may both make one; either is fine, the loser's is dropped)
+        return self.setdefault(lexeme, chain_memo(self._tables[lexeme][0]))
 
 
 def compile(grammar: Grammar, vocab, **options) -> CompiledGrammar:
