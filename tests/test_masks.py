@@ -451,7 +451,8 @@ def test_token_table_rare_fields():
 @pytest.mark.parametrize("tokenizer", ["llama3", "llama2"])
 def test_native_token_runs_equal_numpy(monkeypatch, tokenizer):
     """The kernels behind exit walks (``run_suffixes``: one DFA over the rests of tokens;
-    ``first_ends``: several side by side until one accepts) against their numpy versions,
+    ``first_ends``: several side by side until one accepts; ``pass_split``: several over
+    the rests, inside or may end) against their numpy versions,
     from every state of a schema's lexemes (and pairs of states), on random token subsets
     and depths."""
     from gramgen.automata import lexeme_tokens
@@ -465,7 +466,7 @@ def test_native_token_runs_equal_numpy(monkeypatch, tokenizer):
     rng = np.random.default_rng(SEED)
     states = [(k, q) for k, dfa in enumerate(cg.tables.lex_dfas) for q in range(dfa.n_states)]
     n_ranks = len(tt.sorted_bytes)
-    seen_ends = seen_firsts = 0
+    seen_ends = seen_firsts = seen_rests = 0
     for k, q in states:
         table, acc = cg.sink_tables[k]
         depth = int(rng.integers(0, 3))
@@ -483,7 +484,23 @@ def test_native_token_runs_equal_numpy(monkeypatch, tokenizer):
         assert (p1 == p2).all() and (b1[p1 >= 0] == b2[p2 >= 0]).all(), (k, q, k2, q2, depth)
         seen_ends += int(m1.sum() > 0)
         seen_firsts += int((p1 >= 0).sum() > 0)
-    assert seen_ends >= 10 and seen_firsts >= 10, (seen_ends, seen_firsts)
+        # the exit walk's lexeme pass: both DFAs side by side over all the tokens (short
+        # ones included), against the numpy runs of each
+        monkeypatch.setattr(lexeme_tokens, "NATIVE", True)
+        every = rng.choice(n_ranks, size=2000, replace=False).tolist()
+        inside, rest = lexeme_tokens.pass_split(
+            tt, [(*cg.sink_tables[k], cg.follow_masks[k]), (*cg.sink_tables[k2], cg.follow_masks[k2])], [q, q2],
+            tuple(every), depth)
+        longer = np.array([r for r in every if tt.lengths[r] > depth], dtype=np.int64)
+        alive, may = np.zeros(longer.size, bool), np.zeros(longer.size, bool)
+        for kk, qq in ((k, q), (k2, q2)):
+            a, e = lexeme_tokens.run_suffixes_numpy(tt, *cg.sink_tables[kk], cg.follow_masks[kk], qq, longer, depth)
+            alive, may = alive | a, may | e
+        want_inside = set(longer[alive].tolist()) | {r for r in every if tt.lengths[r] <= depth}
+        assert inside == [r for r in every if r in want_inside], (k, q, k2, q2, depth)
+        assert rest == [r for r in longer[may & ~alive].tolist()], (k, q, k2, q2, depth)
+        seen_rests += bool(rest)
+    assert seen_ends >= 10 and seen_firsts >= 10 and seen_rests >= 10, (seen_ends, seen_firsts, seen_rests)
     # the bigram lexer's lazily filled automaton, each run on its own fresh instance
     from gramgen.automata.lexer_automaton import LexerAutomaton
 

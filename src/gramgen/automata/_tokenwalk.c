@@ -938,6 +938,88 @@ done:
     return result;
 }
 
+/* Several DFAs side by side: tables[i] (sink last) and acc[i], with optional follow[i]
+ * (256 bytes each), from tuples of buffers. */
+typedef struct {
+    Py_ssize_t m, n_views;
+    Py_buffer *views;
+    const int32_t **tabs;
+    const uint8_t **accs, **follows;
+    int32_t *sinks, *cur, *nxt;
+} Dfas;
+
+static void
+dfas_release(Dfas *d)
+{
+    for (Py_ssize_t i = 0; i < d->n_views; i++)
+        PyBuffer_Release(&d->views[i]);
+    PyMem_Free(d->views);
+    PyMem_Free(d->tabs);
+    PyMem_Free(d->accs);
+    PyMem_Free(d->follows);
+    PyMem_Free(d->sinks);
+    PyMem_Free(d->cur);
+    PyMem_Free(d->nxt);
+}
+
+/* Fills d from the tuples (follows_o may be NULL) and checks each start state (an
+ * int32 buffer of m states) is a state of its table; -1 with an exception set. */
+static int
+dfas_get(Dfas *d, PyObject *tables_o, PyObject *accs_o, PyObject *follows_o, const Py_buffer *starts_b)
+{
+    const Py_ssize_t m = PyTuple_GET_SIZE(tables_o);
+    memset(d, 0, sizeof(*d));
+    d->m = m;
+    d->views = PyMem_Calloc((size_t)(3 * m + 1), sizeof(Py_buffer));
+    d->tabs = PyMem_Calloc((size_t)m + 1, sizeof(int32_t *));
+    d->accs = PyMem_Calloc((size_t)m + 1, sizeof(uint8_t *));
+    d->follows = PyMem_Calloc((size_t)m + 1, sizeof(uint8_t *));
+    d->sinks = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
+    d->cur = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
+    d->nxt = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
+    if (!d->views || !d->tabs || !d->accs || !d->follows || !d->sinks || !d->cur || !d->nxt) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(accs_o) != m || (follows_o && PyTuple_GET_SIZE(follows_o) != m)) {
+        PyErr_SetString(PyExc_ValueError, "tables, accs (and follows) differ in length");
+        return -1;
+    }
+    if (check_buffer(starts_b, 4, m, "starts"))
+        return -1;
+    const int32_t *starts = (const int32_t *)starts_b->buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_buffer *tv = &d->views[d->n_views];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tables_o, i), tv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            return -1;
+        d->n_views++;
+        Py_buffer *av = &d->views[d->n_views];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(accs_o, i), av, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            return -1;
+        d->n_views++;
+        const Py_ssize_t rows = tv->len / (256 * 4);
+        if (check_buffer(tv, 4, 256, "table") || tv->len % (256 * 4) != 0 || check_buffer(av, 1, rows, "acc"))
+            return -1;
+        if (follows_o) {
+            Py_buffer *fv = &d->views[d->n_views];
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(follows_o, i), fv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+                return -1;
+            d->n_views++;
+            if (check_buffer(fv, 1, 256, "follow"))
+                return -1;
+            d->follows[i] = (const uint8_t *)fv->buf;
+        }
+        if (starts[i] < 0 || starts[i] >= rows - 1) {
+            PyErr_SetString(PyExc_ValueError, "a start state is out of range");
+            return -1;
+        }
+        d->tabs[i] = (const int32_t *)tv->buf;
+        d->accs[i] = (const uint8_t *)av->buf;
+        d->sinks[i] = (int32_t)(rows - 1);
+    }
+    return 0;
+}
+
 static PyObject *
 first_ends(PyObject *self, PyObject *args)
 {
@@ -951,44 +1033,18 @@ first_ends(PyObject *self, PyObject *args)
     Tokens t;
     Py_ssize_t depth;
     PyObject *result = NULL;
+    Dfas d;
     if (!PyArg_ParseTuple(args, "O!O!y*y*ny*y*w*w*", &PyTuple_Type, &tables_o, &PyTuple_Type, &accs_o,
                           &starts_b, &t.ranks, &depth, &t.blob, &t.offsets, &pos_b, &before_b))
         return NULL;
-    const Py_ssize_t m = PyTuple_GET_SIZE(tables_o);
-    Py_buffer *views = PyMem_Calloc((size_t)(2 * m + 1), sizeof(Py_buffer));
-    const int32_t **tabs = PyMem_Calloc((size_t)m + 1, sizeof(int32_t *));
-    const uint8_t **accs = PyMem_Calloc((size_t)m + 1, sizeof(uint8_t *));
-    int32_t *sinks = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
-    int32_t *cur = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
-    int32_t *nxt = PyMem_Calloc((size_t)m + 1, sizeof(int32_t));
-    Py_ssize_t n_views = 0;
-    if (!views || !tabs || !accs || !sinks || !cur || !nxt) {
-        PyErr_NoMemory();
+    if (dfas_get(&d, tables_o, accs_o, NULL, &starts_b) || tokens_ok(&t)
+        || check_buffer(&pos_b, 8, t.n, "pos_out") || check_buffer(&before_b, 4, t.n * d.m, "before_out"))
         goto done;
-    }
-    if (PyTuple_GET_SIZE(accs_o) != m || check_buffer(&starts_b, 4, m, "starts") || tokens_ok(&t)
-        || check_buffer(&pos_b, 8, t.n, "pos_out") || check_buffer(&before_b, 4, t.n * m, "before_out"))
-        goto done;
-    const int32_t *starts = (const int32_t *)starts_b.buf;
-    for (Py_ssize_t i = 0; i < m; i++) {
-        Py_buffer *tv = &views[n_views], *av = &views[n_views + 1];
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tables_o, i), tv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-            goto done;
-        n_views++;
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(accs_o, i), av, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-            goto done;
-        n_views++;
-        const Py_ssize_t rows = tv->len / (256 * 4);
-        if (check_buffer(tv, 4, 256, "table") || tv->len % (256 * 4) != 0 || check_buffer(av, 1, rows, "acc"))
-            goto done;
-        if (starts[i] < 0 || starts[i] >= rows - 1) {
-            PyErr_SetString(PyExc_ValueError, "a start state is out of range");
-            goto done;
-        }
-        tabs[i] = (const int32_t *)tv->buf;
-        accs[i] = (const uint8_t *)av->buf;
-        sinks[i] = (int32_t)(rows - 1);
-    }
+    const Py_ssize_t m = d.m;
+    const int32_t *starts = (const int32_t *)starts_b.buf, *sinks = d.sinks;
+    const int32_t **tabs = d.tabs;
+    const uint8_t **accs = d.accs;
+    int32_t *cur = d.cur, *nxt = d.nxt;
     const uint8_t *blob = (const uint8_t *)t.blob.buf;
     const int64_t *ranks = (const int64_t *)t.ranks.buf, *offsets = (const int64_t *)t.offsets.buf;
     int64_t *pos_out = (int64_t *)pos_b.buf;
@@ -1034,18 +1090,95 @@ first_ends(PyObject *self, PyObject *args)
     else
         result = Py_NewRef(Py_None);
 done:
-    for (Py_ssize_t i = 0; i < n_views; i++)
-        PyBuffer_Release(&views[i]);
-    PyMem_Free(views);
-    PyMem_Free(tabs);
-    PyMem_Free(accs);
-    PyMem_Free(sinks);
-    PyMem_Free(cur);
-    PyMem_Free(nxt);
+    dfas_release(&d);
     PyBuffer_Release(&starts_b);
     tokens_release(&t);
     PyBuffer_Release(&pos_b);
     PyBuffer_Release(&before_b);
+    return result;
+}
+
+static PyObject *
+pass_split(PyObject *self, PyObject *args)
+{
+    /* pass_split(tables, accs, follows, starts, ranks, depth, blob, offsets) -> (inside,
+     * rest): m lexeme DFAs from starts[i] over bytes depth: of each token of `ranks` (a
+     * list or tuple of ints). `inside`: the tokens no longer than depth, and those that keep some
+     * DFA alive to their end; `rest`: the others that may end some lexeme before a byte
+     * that may follow it (accepting after byte p, depth <= p < len - 1, and follows[i]
+     * takes byte p + 1). Both lists keep the order of `ranks`. */
+    PyObject *tables_o, *accs_o, *follows_o, *ranks_o;
+    Py_buffer starts_b, blob_b, offsets_b;
+    Py_ssize_t depth;
+    PyObject *result = NULL, *inside = NULL, *rest = NULL;
+    Dfas d;
+    if (!PyArg_ParseTuple(args, "O!O!O!y*Ony*y*", &PyTuple_Type, &tables_o, &PyTuple_Type, &accs_o,
+                          &PyTuple_Type, &follows_o, &starts_b, &ranks_o, &depth, &blob_b, &offsets_b))
+        return NULL;
+    PyObject *seq = PySequence_Fast(ranks_o, "ranks must be a list or tuple of ints");
+    if (!seq) {
+        PyBuffer_Release(&starts_b);
+        PyBuffer_Release(&blob_b);
+        PyBuffer_Release(&offsets_b);
+        return NULL;
+    }
+    if (dfas_get(&d, tables_o, accs_o, follows_o, &starts_b) || check_buffer(&offsets_b, 8, 1, "offsets"))
+        goto done;
+    if (depth < 0) {
+        PyErr_SetString(PyExc_ValueError, "depth out of range");
+        goto done;
+    }
+    inside = PyList_New(0);
+    rest = PyList_New(0);
+    if (!inside || !rest)
+        goto done;
+    const int32_t *starts = (const int32_t *)starts_b.buf;
+    const uint8_t *blob = (const uint8_t *)blob_b.buf;
+    const int64_t *offsets = (const int64_t *)offsets_b.buf;
+    const int64_t n_ranks = offsets_b.len / 8 - 1;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, j);
+        const long long r = PyLong_AsLongLong(item);
+        if (r == -1 && PyErr_Occurred())
+            goto done;
+        if (r < 0 || r >= n_ranks || offsets[r] < 0 || offsets[r] > offsets[r + 1] || offsets[r + 1] > blob_b.len) {
+            PyErr_SetString(PyExc_ValueError, "ranks or offsets inconsistent with the token table");
+            goto done;
+        }
+        const uint8_t *tok = blob + offsets[r];
+        const int64_t len = offsets[r + 1] - offsets[r];
+        int alive = len <= depth, may = 0;
+        for (Py_ssize_t i = 0; i < d.m && !alive; i++) {
+            const int32_t *tab = d.tabs[i], sink = d.sinks[i];
+            const uint8_t *acc = d.accs[i], *follow = d.follows[i];
+            int32_t q = starts[i];
+            int64_t p;
+            for (p = depth; p < len; p++) {
+                q = tab[(int64_t)q * 256 + tok[p]];
+                if ((uint32_t)q > (uint32_t)sink) {
+                    PyErr_SetString(PyExc_ValueError, "a table holds a state out of range");
+                    goto done;
+                }
+                if (q == sink)
+                    break;
+                if (p + 1 < len && acc[q] && follow[tok[p + 1]])
+                    may = 1;
+            }
+            alive = p == len;
+        }
+        if ((alive || may) && PyList_Append(alive ? inside : rest, item) < 0)
+            goto done;
+    }
+    result = PyTuple_Pack(2, inside, rest);
+done:
+    Py_DECREF(seq);
+    Py_XDECREF(inside);
+    Py_XDECREF(rest);
+    dfas_release(&d);
+    PyBuffer_Release(&starts_b);
+    PyBuffer_Release(&blob_b);
+    PyBuffer_Release(&offsets_b);
     return result;
 }
 
@@ -1144,6 +1277,8 @@ static PyMethodDef methods[] = {
      "run_suffixes(table, acc, follow, state, ranks, depth, blob, offsets, alive_end, may_end)"},
     {"first_ends", first_ends, METH_VARARGS,
      "first_ends(tables, accs, starts, ranks, depth, blob, offsets, pos_out, before_out)"},
+    {"pass_split", pass_split, METH_VARARGS,
+     "pass_split(tables, accs, follows, starts, ranks, depth, blob, offsets) -> (inside, rest)"},
     {"lazy_walk", lazy_walk, METH_VARARGS,
      "lazy_walk(table, state, ranks, depth, blob, offsets, ok_out, stuck_out)"},
     {NULL, NULL, 0, NULL},

@@ -288,6 +288,20 @@ def run_suffixes(tt: TokenTable, table: np.ndarray, acc: np.ndarray, follow: np.
     return run_suffixes_numpy(tt, table, acc, follow, state, ranks, depth)
 
 
+def pass_split(tt: TokenTable, dfas: list[tuple[np.ndarray, np.ndarray, np.ndarray]], starts: list[int],
+               ranks: list[int], depth: int) -> tuple[list[int], list[int]] | None:
+    """Run lexeme DFAs (``(table, acc, follow)``, ``ByteDFA.sink_table()`` and the bytes
+    that may follow the lexeme) from ``starts`` over the bytes ``depth:`` of each token.
+    Returns (the tokens no longer than ``depth`` or that keep some DFA alive to their end;
+    the others that may end a lexeme before a byte that can follow it), in the order of
+    ``ranks``; None without the native kernel."""
+    if not NATIVE:
+        return None
+    return _tokenwalk.pass_split(tuple(t for t, _, _ in dfas), tuple(_as_u8(a) for _, a, _ in dfas),
+                                 tuple(_as_u8(f) for _, _, f in dfas), np.array(starts, dtype=np.int32), ranks,
+                                 int(depth), tt.blob, tt.offsets)
+
+
 def _as_u8(flags: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(flags).view(np.uint8) if flags.dtype == bool else np.ascontiguousarray(flags, np.uint8)
 

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it on first use (~20 ms): pay that at import, not in a mask
 
 from ..automata.earley import LocalSignatures, tracked_view
-from ..automata.lexeme_tokens import first_ends, run_suffixes
+from ..automata.lexeme_tokens import first_ends, pass_split, run_suffixes
 from ..errors import TokenRejected
 from . import bitmask
 from .compiled import CompiledGrammar
@@ -368,18 +368,23 @@ class Matcher:
                     exiting = [(k, origins) for (k, q), origins in chart[j].scans.items()
                                if cg.lexeme_tokens(k, q).n_exits]
                 view, seen = tracked_view(chart, j, depth)
-                if any(self._tables.completes_within(view, seen, k, origins) for k, origins in exiting):
+                try:
+                    reaches = any(self._tables.completes_within(view, seen, k, origins) for k, origins in exiting)
+                    if reaches:
+                        found, beyond = self._walk_exits(view, ranks, seen)
+                finally:
+                    seen[2].clear()  # the wrapped sets refer to `seen`: no cycle left behind
+                if reaches:
                     # one walk decides every token; what it decided without reading beyond
                     # this horizon is cached for every context that agrees up to it
-                    found, beyond = self._walk_exits(view, ranks, seen)
                     words = self._pack_ranks(found)
                     # ranks stand for bytes: in rank order a later walk can bisect them (a
                     # jump leaves them in the order of their rests)
-                    far = sorted(set(beyond))
+                    far = tuple(sorted(set(beyond)))
                     cg.store_exits(key, (words & ~self._pack_ranks(far) if far else words, far))
                     return out | words
                 # every exit token ends a lexeme whose completion looks further back
-                entry = (self._pack_ranks([]), sorted(ranks))
+                entry = (self._pack_ranks([]), tuple(sorted(ranks)))
                 cg.store_exits(key, entry)
             out |= entry[0]
             ranks = entry[1]
@@ -526,7 +531,7 @@ class Matcher:
             pos, before = first_ends(tt, tables_k, [q for _, q in states], arr, depth)
             sel = np.flatnonzero(pos >= 0)
             if not sel.size:
-                return []
+                return ()
             p_sel = pos[sel]
             byte = tt.blob[tt.offsets[arr[sel]] + p_sel].astype(np.int64)
             bef = before[sel]
@@ -543,9 +548,9 @@ class Matcher:
             plan = []
             for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), codes.shape[0]]):
                 p = int(codes[lo, 0])
-                ranks = sorted(members[lo:hi].tolist(), key=lambda r: sorted_bytes[r][p + 1:])
+                ranks = tuple(sorted(members[lo:hi].tolist(), key=lambda r: sorted_bytes[r][p + 1:]))
                 plan.append((p, tuple(bef[lo].tolist()), int(byte[lo]), ranks))
-            return plan
+            return tuple(plan)
 
         def lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
             """Decide tokens that stay inside a lexeme or die; return those that may end one.
@@ -557,7 +562,8 @@ class Matcher:
             if hit is None:
                 n_found = len(found)
                 rest = run_lexeme_pass(cur, rs, lo, hi, depth)
-                hit = (found[n_found:], rest)
+                # (tuples of ints: the collector stops tracking them, lists it never does)
+                hit = (tuple(found[n_found:]), tuple(rest))
                 cg.store_pass(key, hit)
             else:
                 found.extend(hit[0])
@@ -565,6 +571,11 @@ class Matcher:
 
         def run_lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
             scans = list(cur.scans)
+            split = pass_split(tt, [(*cg.sink_tables[k], cg.follow_masks[k]) for k, _ in scans],
+                               [q for _, q in scans], rs[lo:hi], depth)
+            if split is not None:
+                found.extend(split[0])
+                return split[1]
             if hi - lo > 48:
                 return lexeme_pass_vectorized(cur, scans, rs[lo:hi], depth)
             rest: list[int] = []
@@ -622,31 +633,37 @@ class Matcher:
             found.extend(arr[alive].tolist())
             return arr[may & ~alive].tolist()
 
-        cur = chart[-1]
-        if not cur.items:
-            jump(list(ranks), 0)
+        try:
+            cur = chart[-1]
+            if not cur.items:
+                jump(list(ranks), 0)
+                return found, beyond
+            # the first byte, with numpy: exit candidates can be tens of thousands of tokens
+            arr = np.asarray(ranks, dtype=np.int64)
+            firsts = tt.columns[0][arr]
+            allowed = tables.allowed_bytes(chart[-1])
+            for b in np.flatnonzero(np.bincount(firsts, minlength=256)).tolist():
+                if not (allowed >> b) & 1:
+                    continue
+                group = arr[firsts == b]
+                seen[0] = False
+                s = tables.step(chart, b)
+                far = seen[0]
+                if far:
+                    beyond.extend(group.tolist())
+                if s is None:
+                    continue
+                if far:
+                    unwrap(True)
+                chart.append(s)
+                rest = lexeme_pass(s, group.tolist(), 0, group.shape[0], 1)
+                walk(rest, 0, len(rest), 1, checked=True, far=far)
+                chart.pop()
+                if far:
+                    unwrap(False)
             return found, beyond
-        # the first byte, with numpy: exit candidates can be tens of thousands of tokens
-        arr = np.asarray(ranks, dtype=np.int64)
-        firsts = tt.columns[0][arr]
-        allowed = tables.allowed_bytes(chart[-1])
-        for b in np.flatnonzero(np.bincount(firsts, minlength=256)).tolist():
-            if not (allowed >> b) & 1:
-                continue
-            group = arr[firsts == b]
-            seen[0] = False
-            s = tables.step(chart, b)
-            far = seen[0]
-            if far:
-                beyond.extend(group.tolist())
-            if s is None:
-                continue
-            if far:
-                unwrap(True)
-            chart.append(s)
-            rest = lexeme_pass(s, group.tolist(), 0, group.shape[0], 1)
-            walk(rest, 0, len(rest), 1, checked=True, far=far)
-            chart.pop()
-            if far:
-                unwrap(False)
-        return found, beyond
+        finally:
+            # the nested functions refer to each other (and themselves) through their
+            # cells: a cycle only the garbage collector would free, whose pauses land in
+            # later masks; emptied here, all of it goes as soon as this returns
+            walk = jump = jump_plan = lexeme_pass = run_lexeme_pass = lexeme_pass_vectorized = unwrap = None
