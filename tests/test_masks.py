@@ -452,7 +452,8 @@ def test_token_table_rare_fields():
 def test_native_token_runs_equal_numpy(monkeypatch, tokenizer):
     """The kernels behind exit walks (``run_suffixes``: one DFA over the rests of tokens;
     ``first_ends``: several side by side until one accepts; ``pass_split``: several over
-    the rests, inside or may end) against their numpy versions,
+    the rests, inside or may end; ``jump_plan``: tokens grouped by their first completion)
+    against their numpy versions,
     from every state of a schema's lexemes (and pairs of states), on random token subsets
     and depths."""
     from gramgen.automata import lexeme_tokens
@@ -466,7 +467,7 @@ def test_native_token_runs_equal_numpy(monkeypatch, tokenizer):
     rng = np.random.default_rng(SEED)
     states = [(k, q) for k, dfa in enumerate(cg.tables.lex_dfas) for q in range(dfa.n_states)]
     n_ranks = len(tt.sorted_bytes)
-    seen_ends = seen_firsts = seen_rests = 0
+    seen_ends = seen_firsts = seen_rests = seen_groups = 0
     for k, q in states:
         table, acc = cg.sink_tables[k]
         depth = int(rng.integers(0, 3))
@@ -500,7 +501,16 @@ def test_native_token_runs_equal_numpy(monkeypatch, tokenizer):
         assert inside == [r for r in every if r in want_inside], (k, q, k2, q2, depth)
         assert rest == [r for r in longer[may & ~alive].tolist()], (k, q, k2, q2, depth)
         seen_rests += bool(rest)
+        # the jump plan (groups by first completion, sorted by their rests)
+        dfas = [cg.sink_tables[k], cg.sink_tables[k2]]
+        plans = []
+        for native in (True, False):
+            monkeypatch.setattr(lexeme_tokens, "NATIVE", native)
+            plans.append(lexeme_tokens.jump_plan(tt, dfas, [q, q2], tuple(every), depth))
+        assert plans[0] == plans[1], (k, q, k2, q2, depth)
+        seen_groups += len(plans[0]) > 1
     assert seen_ends >= 10 and seen_firsts >= 10 and seen_rests >= 10, (seen_ends, seen_firsts, seen_rests)
+    assert seen_groups >= 10, seen_groups
     # the bigram lexer's lazily filled automaton, each run on its own fresh instance
     from gramgen.automata.lexer_automaton import LexerAutomaton
 

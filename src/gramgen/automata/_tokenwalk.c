@@ -1182,6 +1182,195 @@ done:
     return result;
 }
 
+/* A stable merge sort of n indices by cmp(ctx, a, b) (scratch: n more). */
+typedef int (*IndexCmp)(const void *ctx, int64_t a, int64_t b);
+
+static void
+sort_indices(int64_t *idx, int64_t *scratch, int64_t n, IndexCmp cmp, const void *ctx)
+{
+    for (int64_t width = 1; width < n; width *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * width) {
+            int64_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            int64_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                scratch[k++] = cmp(ctx, idx[j], idx[i]) < 0 ? idx[j++] : idx[i++];
+            while (i < mid)
+                scratch[k++] = idx[i++];
+            while (j < hi)
+                scratch[k++] = idx[j++];
+        }
+        memcpy(idx, scratch, (size_t)n * sizeof(int64_t));
+    }
+}
+
+typedef struct {
+    const int32_t *codes;  /* per token: position, then the state of each DFA after its byte */
+    Py_ssize_t width;
+    const uint8_t *blob;
+    const int64_t *offsets, *ranks, *pos;
+} PlanCtx;
+
+static int
+by_code(const void *ctx, int64_t a, int64_t b)
+{
+    const PlanCtx *c = ctx;
+    const int32_t *x = c->codes + a * c->width, *y = c->codes + b * c->width;
+    for (Py_ssize_t i = 0; i < c->width; i++)
+        if (x[i] != y[i])
+            return x[i] < y[i] ? -1 : 1;
+    return 0;
+}
+
+/* by the bytes after the completing one (tokens of one group share its position) */
+static int
+by_rest(const void *ctx, int64_t a, int64_t b)
+{
+    const PlanCtx *c = ctx;
+    const int64_t skip = c->pos[a] + 1;
+    const int64_t la = c->offsets[c->ranks[a] + 1] - c->offsets[c->ranks[a]] - skip;
+    const int64_t lb = c->offsets[c->ranks[b] + 1] - c->offsets[c->ranks[b]] - skip;
+    const int d = memcmp(c->blob + c->offsets[c->ranks[a]] + skip, c->blob + c->offsets[c->ranks[b]] + skip,
+                         (size_t)(la < lb ? la : lb));
+    if (d)
+        return d;
+    return la < lb ? -1 : la > lb;
+}
+
+static PyObject *
+jump_plan(PyObject *self, PyObject *args)
+{
+    /* jump_plan(tables, accs, starts, ranks, depth, blob, offsets) -> tuple of (position,
+     * states before (tuple; -1 dead), byte, ranks (tuple)): the m DFAs run side by side from
+     * starts over bytes depth: of each token (first_ends); the tokens where one accepts
+     * are grouped by that position and the state of each DFA after its byte (-1 dead), in
+     * ascending order of those; each group's tokens sorted by their bytes after that byte
+     * (ties in the order given), with the states before it and the byte of its first
+     * token in the order given. */
+    PyObject *tables_o, *accs_o, *ranks_o;
+    Py_buffer starts_b, blob_b, offsets_b;
+    Py_ssize_t depth;
+    PyObject *result = NULL, *seq = NULL;
+    int64_t *ranks = NULL, *pos = NULL, *idx = NULL, *scratch = NULL;
+    int32_t *codes = NULL, *before = NULL;
+    Dfas d;
+    if (!PyArg_ParseTuple(args, "O!O!y*Ony*y*", &PyTuple_Type, &tables_o, &PyTuple_Type, &accs_o, &starts_b,
+                          &ranks_o, &depth, &blob_b, &offsets_b))
+        return NULL;
+    if (dfas_get(&d, tables_o, accs_o, NULL, &starts_b) || check_buffer(&offsets_b, 8, 1, "offsets"))
+        goto done;
+    seq = PySequence_Fast(ranks_o, "ranks must be a list or tuple of ints");
+    if (!seq)
+        goto done;
+    if (depth < 0) {
+        PyErr_SetString(PyExc_ValueError, "depth out of range");
+        goto done;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), m = d.m, width = m + 1;
+    const uint8_t *blob = (const uint8_t *)blob_b.buf;
+    const int64_t *offsets = (const int64_t *)offsets_b.buf;
+    const int64_t n_ranks = offsets_b.len / 8 - 1;
+    const int32_t *starts = (const int32_t *)starts_b.buf;
+    ranks = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+    pos = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+    idx = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+    scratch = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+    codes = PyMem_Malloc(((size_t)n * width + 1) * sizeof(int32_t));
+    before = PyMem_Malloc(((size_t)n * m + 1) * sizeof(int32_t));
+    if (!ranks || !pos || !idx || !scratch || !codes || !before) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t n_sel = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const long long r = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, j));
+        if (r == -1 && PyErr_Occurred())
+            goto done;
+        if (r < 0 || r >= n_ranks || offsets[r] < 0 || offsets[r] > offsets[r + 1] || offsets[r + 1] > blob_b.len) {
+            PyErr_SetString(PyExc_ValueError, "ranks or offsets inconsistent with the token table");
+            goto done;
+        }
+        ranks[j] = r;
+        pos[j] = -1;
+        const uint8_t *tok = blob + offsets[r];
+        const int64_t len = offsets[r + 1] - offsets[r];
+        for (Py_ssize_t i = 0; i < m; i++)
+            d.cur[i] = starts[i];
+        for (int64_t p = depth; p < len; p++) {
+            int live = 0, done = 0;
+            for (Py_ssize_t i = 0; i < m; i++) {
+                int32_t q = d.tabs[i][(int64_t)d.cur[i] * 256 + tok[p]];
+                if ((uint32_t)q > (uint32_t)d.sinks[i]) {
+                    PyErr_SetString(PyExc_ValueError, "a table holds a state out of range");
+                    goto done;
+                }
+                d.nxt[i] = q;
+                if (q != d.sinks[i]) {
+                    live = 1;
+                    done |= d.accs[i][q];
+                }
+            }
+            if (!live)
+                break;
+            if (done) {
+                pos[j] = p;
+                codes[j * width] = (int32_t)p;
+                for (Py_ssize_t i = 0; i < m; i++) {
+                    before[j * m + i] = d.cur[i] == d.sinks[i] ? -1 : d.cur[i];
+                    codes[j * width + 1 + i] = d.nxt[i] == d.sinks[i] ? -1 : d.nxt[i];
+                }
+                idx[n_sel++] = j;
+                break;
+            }
+            for (Py_ssize_t i = 0; i < m; i++)
+                d.cur[i] = d.nxt[i];
+        }
+    }
+    const PlanCtx ctx = {codes, width, blob, offsets, ranks, pos};
+    sort_indices(idx, scratch, n_sel, by_code, &ctx);
+    PyObject *plan = PyList_New(0);
+    if (!plan)
+        goto done;
+    for (int64_t lo = 0, hi; lo < n_sel; lo = hi) {
+        hi = lo + 1;
+        while (hi < n_sel && by_code(&ctx, idx[lo], idx[hi]) == 0)
+            hi++;
+        const int64_t first = idx[lo];  /* (the first in the order given) */
+        sort_indices(idx + lo, scratch, hi - lo, by_rest, &ctx);
+        PyObject *bef = PyTuple_New(m), *members = PyTuple_New(hi - lo), *entry = NULL;
+        if (bef && members) {
+            for (Py_ssize_t i = 0; i < m; i++)
+                PyTuple_SET_ITEM(bef, i, PyLong_FromLong(before[first * m + i]));
+            for (int64_t k = lo; k < hi; k++)
+                PyTuple_SET_ITEM(members, k - lo, PyLong_FromLongLong(ranks[idx[k]]));
+            entry = Py_BuildValue("(LOiO)", (long long)pos[first], bef,
+                                  (int)blob[offsets[ranks[first]] + pos[first]], members);
+        }
+        Py_XDECREF(bef);
+        Py_XDECREF(members);
+        if (!entry || PyList_Append(plan, entry) < 0) {
+            Py_XDECREF(entry);
+            Py_DECREF(plan);
+            goto done;
+        }
+        Py_DECREF(entry);
+    }
+    result = PyList_AsTuple(plan);
+    Py_DECREF(plan);
+done:
+    Py_XDECREF(seq);
+    PyMem_Free(ranks);
+    PyMem_Free(pos);
+    PyMem_Free(idx);
+    PyMem_Free(scratch);
+    PyMem_Free(codes);
+    PyMem_Free(before);
+    dfas_release(&d);
+    PyBuffer_Release(&starts_b);
+    PyBuffer_Release(&blob_b);
+    PyBuffer_Release(&offsets_b);
+    return result;
+}
+
 static PyObject *
 lazy_walk(PyObject *self, PyObject *args)
 {
@@ -1279,6 +1468,8 @@ static PyMethodDef methods[] = {
      "first_ends(tables, accs, starts, ranks, depth, blob, offsets, pos_out, before_out)"},
     {"pass_split", pass_split, METH_VARARGS,
      "pass_split(tables, accs, follows, starts, ranks, depth, blob, offsets) -> (inside, rest)"},
+    {"jump_plan", jump_plan, METH_VARARGS,
+     "jump_plan(tables, accs, starts, ranks, depth, blob, offsets) -> ((position, before, byte, ranks), ...)"},
     {"lazy_walk", lazy_walk, METH_VARARGS,
      "lazy_walk(table, state, ranks, depth, blob, offsets, ok_out, stuck_out)"},
     {NULL, NULL, 0, NULL},

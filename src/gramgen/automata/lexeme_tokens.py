@@ -302,6 +302,50 @@ def pass_split(tt: TokenTable, dfas: list[tuple[np.ndarray, np.ndarray, np.ndarr
                                  int(depth), tt.blob, tt.offsets)
 
 
+def jump_plan(tt: TokenTable, dfas: list[tuple[np.ndarray, np.ndarray]], starts: list[int], ranks,
+              depth: int) -> tuple | None:
+    """The tokens of ``ranks`` on which one of the lexeme DFAs (``ByteDFA.sink_table()``),
+    run side by side from ``starts`` over the bytes ``depth:``, first accepts, grouped by
+    that position and the state of each DFA after its byte, in ascending order of those:
+    ``(position, states before it (-1: dead), byte, ranks)`` per group, the ranks sorted
+    by their bytes after that one (those of the group's first token, in the order given,
+    for the states and byte)."""
+    if NATIVE:
+        return _tokenwalk.jump_plan(tuple(t for t, _ in dfas), tuple(_as_u8(a) for _, a in dfas),
+                                    np.array(starts, dtype=np.int32), ranks, int(depth), tt.blob, tt.offsets)
+    return jump_plan_numpy(tt, dfas, starts, ranks, depth)
+
+
+def jump_plan_numpy(tt: TokenTable, dfas: list[tuple[np.ndarray, np.ndarray]], starts: list[int], ranks,
+                    depth: int) -> tuple:
+    """:func:`jump_plan` with numpy."""
+    arr = np.asarray(ranks, dtype=np.int64)
+    pos, before = first_ends(tt, dfas, starts, arr, depth)
+    sel = np.flatnonzero(pos >= 0)
+    if not sel.size:
+        return ()
+    p_sel = pos[sel]
+    byte = tt.blob[tt.offsets[arr[sel]] + p_sel].astype(np.int64)
+    bef = before[sel]
+    codes = np.empty((sel.size, 1 + len(dfas)), dtype=np.int64)
+    codes[:, 0] = p_sel
+    for i, (table, _) in enumerate(dfas):
+        b_i = bef[:, i]
+        after = table[np.where(b_i < 0, table.shape[0] - 1, b_i), byte]
+        codes[:, 1 + i] = np.where(after == table.shape[0] - 1, -1, after)
+    # one group per (position, states after its byte), by position first
+    order = np.lexsort(codes.T[::-1])
+    codes, members, bef, byte = codes[order], arr[sel][order], bef[order], byte[order]
+    cut = np.flatnonzero((codes[1:] != codes[:-1]).any(axis=1)) + 1
+    plan = []
+    spell = tt.sorted_bytes
+    for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), codes.shape[0]]):
+        p = int(codes[lo, 0])
+        group = tuple(sorted(members[lo:hi].tolist(), key=lambda r: spell[r][p + 1:]))
+        plan.append((p, tuple(bef[lo].tolist()), int(byte[lo]), group))
+    return tuple(plan)
+
+
 def _as_u8(flags: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(flags).view(np.uint8) if flags.dtype == bool else np.ascontiguousarray(flags, np.uint8)
 

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it on first use (~20 ms): pay that at import, not in a mask
 
 from ..automata.earley import LocalSignatures, tracked_view
-from ..automata.lexeme_tokens import first_ends, pass_split, run_suffixes
+from ..automata.lexeme_tokens import jump_plan as plan_jumps, pass_split, run_suffixes
 from ..errors import TokenRejected
 from . import bitmask
 from .compiled import CompiledGrammar
@@ -517,40 +517,17 @@ class Matcher:
                         unwrap(False)
                 del chart[n0:]
 
-        def jump_plan(states: tuple, group: list[int], depth: int) -> list[tuple]:
+        def jump_plan(states: tuple, group: list[int], depth: int) -> tuple:
             """(position, DFA states before it (-1: dead), byte, tokens sorted by their rest)
-            for each way the tokens first complete one of the lexemes from ``states``.
+            for each way the tokens first complete one of the lexemes from ``states``
+            (``lexeme_tokens.jump_plan``).
 
             The parser step at that byte depends only on the states the byte leads to
             (which lexemes go on, which complete), not on the states before it nor the
             byte: tokens that get there from different states (``ab"`` and ``abc"`` in
             a counted string) share one step and the walk of their rests, made from the
             states and byte of any one of them."""
-            arr = np.asarray(group, dtype=np.int64)
-            tables_k = [cg.sink_tables[k] for k, _ in states]
-            pos, before = first_ends(tt, tables_k, [q for _, q in states], arr, depth)
-            sel = np.flatnonzero(pos >= 0)
-            if not sel.size:
-                return ()
-            p_sel = pos[sel]
-            byte = tt.blob[tt.offsets[arr[sel]] + p_sel].astype(np.int64)
-            bef = before[sel]
-            codes = np.empty((sel.size, 1 + len(states)), dtype=np.int64)
-            codes[:, 0] = p_sel
-            for i, (table, _) in enumerate(tables_k):
-                b_i = bef[:, i]
-                after = table[np.where(b_i < 0, table.shape[0] - 1, b_i), byte]
-                codes[:, 1 + i] = np.where(after == table.shape[0] - 1, -1, after)
-            # one group per (position, states after its byte), by position first
-            order = np.lexsort(codes.T[::-1])
-            codes, members, bef, byte = codes[order], arr[sel][order], bef[order], byte[order]
-            cut = np.flatnonzero((codes[1:] != codes[:-1]).any(axis=1)) + 1
-            plan = []
-            for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), codes.shape[0]]):
-                p = int(codes[lo, 0])
-                ranks = tuple(sorted(members[lo:hi].tolist(), key=lambda r: sorted_bytes[r][p + 1:]))
-                plan.append((p, tuple(bef[lo].tolist()), int(byte[lo]), ranks))
-            return tuple(plan)
+            return plan_jumps(tt, [cg.sink_tables[k] for k, _ in states], [q for _, q in states], group, depth)
 
         def lexeme_pass(cur, rs: list[int], lo: int, hi: int, depth: int) -> list[int]:
             """Decide tokens that stay inside a lexeme or die; return those that may end one.
@@ -663,7 +640,7 @@ class Matcher:
                     unwrap(False)
             return found, beyond
         finally:
-            # the nested functions refer to each other (and themselves) through their
-            # cells: a cycle only the garbage collector would free, whose pauses land in
-            # later masks; emptied here, all of it goes as soon as this returns
-            walk = jump = jump_plan = lexeme_pass = run_lexeme_pass = lexeme_pass_vectorized = unwrap = None
+            # walk and jump refer to each other (and walk to itself) through their cells:
+            # a cycle only the garbage collector would free, whose pauses land in later
+            # masks; emptied here, all of it goes as soon as this returns
+            walk = jump = None
