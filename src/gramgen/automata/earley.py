@@ -31,20 +31,32 @@ class _Reached(Exception):
     """A probe of a tracked view read a set beyond its horizon (see completes_within)."""
 
 
+class HorizonReads:
+    """What a view from :func:`tracked_view` records of reads beyond its horizon."""
+
+    __slots__ = ("read", "strict", "wrapped")
+
+    def __init__(self):
+        self.read = False     # a set beyond the horizon was read (reset by the reader)
+        self.strict = False   # while set, such a read raises _Reached instead
+        self.wrapped: list = []  # (index, wrapper, set) of each wrapped set
+
+
 class _Far:
     """A chart set just beyond a horizon, in a view from :func:`tracked_view`: it reads
-    as the set it wraps, and any read sets the view's flag (``seen[0]``); while
-    ``seen[1]`` is set, a read raises :class:`_Reached` instead."""
+    as the set it wraps, and any read sets ``reads.read``; while ``reads.strict`` is set,
+    a read raises :class:`_Reached` instead."""
 
-    __slots__ = ("_set", "_seen")
+    __slots__ = ("_set", "_reads")
 
-    def __init__(self, s: "EarleySet", seen: list):
-        self._set, self._seen = s, seen
+    def __init__(self, s: "EarleySet", reads: HorizonReads):
+        self._set, self._reads = s, reads
 
     def __getattr__(self, name):
-        if self._seen[1]:
+        reads = self._reads
+        if reads.strict:
             raise _Reached(name)
-        self._seen[0] = True
+        reads.read = True
         return getattr(self._set, name)
 
 _OPAQUE = -2  # the signature of a set beyond a horizon
@@ -380,21 +392,21 @@ class ParserTables:
         ((lexeme, dfa state) -> origins)."""
         return EarleySet(_EMPTY, _NO_PRED, _NO_PRED, scans)
 
-    def completes_within(self, view: list, seen: list, lexeme: int, origins) -> bool:
+    def completes_within(self, view: list, reads: "HorizonReads", lexeme: int, origins) -> bool:
         """Whether completing ``lexeme`` (being matched from ``origins``) right after the
-        last set of ``view`` stays inside its horizon (``view, seen = tracked_view(...)``).
+        last set of ``view`` stays inside its horizon (``view, reads = tracked_view(...)``).
 
         The completion does the same work whatever byte ends the lexeme, so when this is
         False every token that ends this scan's lexeme reaches beyond the horizon."""
         agenda: list = []
-        seen[1] = True  # stop at the first set beyond: the rest of the closure is not needed
+        reads.strict = True  # stop at the first set beyond: the rest of the closure is not needed
         try:
             self._complete(agenda, view, lexeme, origins)
             self._closure(view, len(view), agenda, {})
         except _Reached:
             return False
         finally:
-            seen[1] = False
+            reads.strict = False
         return True
 
     def allowed_bytes(self, s: EarleySet) -> int:
@@ -472,15 +484,16 @@ class LocalSignatures:
         return found
 
 
-def tracked_view(chart: list, j: int, depth: int) -> tuple[list, list]:
+def tracked_view(chart: list, j: int, depth: int) -> tuple[list, HorizonReads]:
     """A copy of the chart in which reading a set ``depth`` or more origin links away from
-    set ``j`` sets ``seen[0]`` (or raises, while ``seen[1]`` is set); returns (view, seen).
-    ``seen[2]`` lists the (index, wrapper, set) of the wrapped sets, so that a walk past
-    its first such read can put the sets back (and read them at full speed). Only the
-    sets exactly ``depth`` links away are wrapped (:class:`_Far`): a computation that
-    starts at ``j`` learns the index of a farther set only by reading one of those first."""
+    set ``j`` sets ``reads.read`` (or raises, while ``reads.strict`` is set); returns (view,
+    reads). ``reads.wrapped`` lists the (index, wrapper, set) of the wrapped sets, so that
+    a walk past its first such read can put the sets back (and read them at full speed).
+    Only the sets exactly ``depth`` links away are wrapped (:class:`_Far`): a computation
+    that starts at ``j`` learns the index of a farther set only by reading one of those
+    first."""
     view = list(chart)
-    seen = [False, False, []]
+    reads = HorizonReads()
     inside = {j}
     frontier = {j}
     for _ in range(depth):
@@ -497,9 +510,9 @@ def tracked_view(chart: list, j: int, depth: int) -> tuple[list, list]:
             break
     else:
         for idx in frontier:
-            view[idx] = _Far(chart[idx], seen)
-            seen[2].append((idx, view[idx], chart[idx]))
-    return view, seen
+            view[idx] = _Far(chart[idx], reads)
+            reads.wrapped.append((idx, view[idx], chart[idx]))
+    return view, reads
 
 
 def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, tuple[str, ...]]]:

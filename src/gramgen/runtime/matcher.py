@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it on first use (~20 ms): pay that at import, not in a mask
 
-from ..automata.earley import LocalSignatures, tracked_view
+from ..automata.earley import HorizonReads, LocalSignatures, tracked_view
 from ..automata.lexeme_tokens import jump_plan as plan_jumps, pass_split, run_suffixes
 from ..errors import TokenRejected
 from . import bitmask
@@ -367,13 +367,13 @@ class Matcher:
                 if exiting is None:
                     exiting = [(k, origins) for (k, q), origins in chart[j].scans.items()
                                if cg.lexeme_tokens(k, q).n_exits]
-                view, seen = tracked_view(chart, j, depth)
+                view, reads = tracked_view(chart, j, depth)
                 try:
-                    reaches = any(self._tables.completes_within(view, seen, k, origins) for k, origins in exiting)
+                    reaches = any(self._tables.completes_within(view, reads, k, origins) for k, origins in exiting)
                     if reaches:
-                        found, beyond = self._walk_exits(view, ranks, seen)
+                        found, beyond = self._walk_exits(view, ranks, reads)
                 finally:
-                    seen[2].clear()  # the wrapped sets refer to `seen`: no cycle left behind
+                    reads.wrapped.clear()  # the wrappers refer to `reads`: no cycle left behind
                 if reaches:
                     # one walk decides every token; what it decided without reading beyond
                     # this horizon is cached for every context that agrees up to it
@@ -392,7 +392,7 @@ class Matcher:
                 return out
             if depth >= 3 and len(ranks) <= _FEW:
                 break  # a few tokens that look far up (`"}]}`): walking them once is cheaper
-        found, _ = self._walk_exits(list(chart), ranks, [False, False, []])
+        found, _ = self._walk_exits(list(chart), ranks, HorizonReads())
         return out | self._pack_ranks(found)
 
     def _pack_ranks(self, ranks: list[int]) -> np.ndarray:
@@ -401,11 +401,11 @@ class Matcher:
         bitmask.set_bits(out, cg.token_table.rank_to_id[np.array(ranks, dtype=np.int64)])
         return out
 
-    def _walk_exits(self, chart: list, ranks, seen: list) -> tuple[list[int], list[int]]:
+    def _walk_exits(self, chart: list, ranks, reads: HorizonReads) -> tuple[list[int], list[int]]:
         """Which of these tokens (byte-sorted ranks) the parser accepts after ``chart`` (a
         scratch copy of the chart, extended and shrunk during the walk), and which of them
         (accepted or not) were decided by reading a set beyond the chart's horizon (a
-        parser step that set ``seen[0]``: ``chart, seen = tracked_view(...)``).
+        parser step that set ``reads.read``: ``chart, reads = tracked_view(...)``).
 
         A depth-first walk over the implicit trie of the sorted token bytes: tokens that
         share a prefix share the parser steps over it, and a dead prefix skips all of its
@@ -422,7 +422,7 @@ class Matcher:
 
         rows, accept, follow = tables.lex_rows, tables.lex_accept, tables.follow_bytes
         pass_cache = cg.pass_cache
-        wrapped = seen[2]
+        wrapped = reads.wrapped
 
         def unwrap(far: bool) -> None:
             """Past a read beyond the horizon the rest of a walk reads the sets as they are
@@ -465,9 +465,9 @@ class Matcher:
                 succ = successor(data[base: depth + 1])
                 j = hi if succ is None else bisect.bisect_left(rs, succ, i + 1, hi, key=by)
                 if (allowed >> b) & 1:
-                    seen[0] = False
+                    reads.read = False
                     s = tables.step(chart, b)
-                    if not far and seen[0]:
+                    if not far and reads.read:
                         beyond.extend(rs[i:j])
                         if s is not None:
                             unwrap(True)
@@ -503,9 +503,9 @@ class Matcher:
                             prev = merged.get((k, q))
                             merged[(k, q)] = origins if prev is None else prev | origins
                     chart.extend([tables.inside_lexemes(merged)] * (pos - depth))
-                seen[0] = False
+                reads.read = False
                 s = tables.step(chart, b)
-                newly_far = not far and seen[0]
+                newly_far = not far and reads.read
                 if newly_far:
                     beyond.extend(ranks)
                 if s is not None:
@@ -623,9 +623,9 @@ class Matcher:
                 if not (allowed >> b) & 1:
                     continue
                 group = arr[firsts == b]
-                seen[0] = False
+                reads.read = False
                 s = tables.step(chart, b)
-                far = seen[0]
+                far = reads.read
                 if far:
                     beyond.extend(group.tolist())
                 if s is None:
