@@ -293,26 +293,29 @@ fast_run(const Rests *x, int64_t r, int64_t hi, int32_t s1, int32_t chain1, cons
     return r;
 }
 
-/* Exception path (classify): when the chain of the start state itself takes all but a
- * few tokens whole (a string body: every token without a quote, a backslash, a control
- * byte or broken UTF-8, and not longer than a counted string's room), those few are the
- * only ones walked and all others are inside at once. The token table lists, per ASCII
+/* Exception path (classify): when most first characters lead from the start state to one
+ * state m (its step), whose chain takes all but a few tokens whole (a string body: every
+ * token without a quote, a backslash, a control byte or broken UTF-8, and not longer than
+ * a counted string's room; a key automaton past the first letters of the names it
+ * excludes), those few (and the tokens whose first character leads elsewhere) are the only
+ * ones walked and all others are inside at once. The token table lists, per ASCII
  * byte c, the ranks of the tokens that contain it (start[c] .. start[c + 1] in ranks; 128:
  * any byte >= 0x80; 129: bytes >= 0x80 that are not whole well-formed UTF-8 characters),
  * the ranks by character count, most first (by_chars; more_chars[L] of them have more
- * than L characters) and the ids that have a rank (real_ids, by id). A token outside the
- * lists of the bytes the chain does not take has every character on the chain: alive at
+ * than L characters) and the ids that have a rank (real_ids, by id). A token whose first
+ * character leads to m, outside the lists of the bytes m's chain does not take and with no
+ * more characters than the chain has room for, has every character on the way: alive at
  * its end. */
 typedef struct {
     const int64_t *start;
     const int32_t *ranks;
-    int64_t n_list;
     const int32_t *by_chars;
     const int64_t *more_chars;
     const uint32_t *real_ids;
 } Rare;
 
-/* The exception path is taken when the tokens to walk are at most this share of all */
+/* The exception path is taken when the tokens to walk are at most 1 / EXCEPTED_SHARE of
+ * all (more: the trie walk, with its own chain shortcut, costs less) */
 #define EXCEPTED_SHARE 8
 
 /* Marks the ranks of one list in `mark`; -1 for a rank out of range. */
@@ -543,7 +546,7 @@ classify(PyObject *self, PyObject *args)
     const int64_t blob_len = blob_b.len;
     Py_BEGIN_ALLOW_THREADS
     if (excepted) {
-        const Rare rare = {rstart_b->buf, rranks_b->buf, rranks_b->len / 4, bychars_b->buf, more_b->buf, real_b->buf};
+        const Rare rare = {rstart_b->buf, rranks_b->buf, bychars_b->buf, more_b->buf, real_b->buf};
         const int done = classify_excepted(&x, &rare, table, sink, acc, follow, state, blob, blob_len, offsets,
                                            first_start, n_ranks, max_len, rank_to_id, inside, inside_b.len / 4, exits, &n_exits,
                                            st, may_end);
