@@ -235,3 +235,37 @@ def test_special_tokens_never_allowed(json_cg):
     for t in vocab.special_ids:
         if t not in vocab.eos_token_ids:
             assert not mask[t]
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
+def test_masks_without_the_native_kernel_equal_native_ones(monkeypatch, tokenizer):
+    """Without the C extension every vocabulary pass falls back to numpy and the exit walk's
+    lexeme pass and jump plan to Python (``lexeme_tokens.NATIVE`` off): the masks along
+    texts of a schema with nested objects, counted strings and keys other than the declared
+    ones must equal the native ones, state by state (each mode compiles its own grammar, so
+    no cache is shared)."""
+    from gramgen.automata import lexeme_tokens
+
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 70}, "n": {"type": "integer", "minimum": -3},
+        "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}}},
+        "additionalProperties": {"type": "boolean"}}
+    texts = ['{"name":"a \\"quoted\\" word, then more","n":12,"tags":[{"k":"x"},{"k":"y, z"}],"extra":true}',
+             '{"name":"","n":-3,"tags":[],"other":false}']
+    vocab = vocabulary(tokenizer)
+    grammar = gramgen.Grammar.from_json_schema(schema, whitespace="flexible")
+    masks = {}
+    for native in (True, False):
+        monkeypatch.setattr(lexeme_tokens, "NATIVE", native)
+        cg = gramgen.compile(grammar, vocab, precompute=False)
+        rows = []
+        for text in texts:
+            m = cg.matcher()
+            for t in tokenize(text.encode(), hf_tokenizer(tokenizer), vocab):
+                rows.append(m.mask())
+                m.advance(t)
+            rows.append(m.mask())
+        masks[native] = rows
+    assert len(masks[True]) == len(masks[False]) > 30
+    for i, (a, b) in enumerate(zip(masks[True], masks[False])):
+        assert np.array_equal(a, b), i
