@@ -1023,6 +1023,37 @@ dfas_get(Dfas *d, PyObject *tables_o, PyObject *accs_o, PyObject *follows_o, con
     return 0;
 }
 
+/* The DFAs of d side by side from starts over bytes depth: of tok: the first position
+ * whose byte takes one of them to an accepting state, with d->cur holding each DFA's
+ * state before that byte and d->nxt after it (the sink: dead); -1 when none does before
+ * the token ends or all die; -2 for a table entry out of range. */
+static int64_t
+first_end(Dfas *d, const int32_t *starts, const uint8_t *tok, int64_t len, int64_t depth)
+{
+    for (Py_ssize_t i = 0; i < d->m; i++)
+        d->cur[i] = starts[i];
+    for (int64_t p = depth; p < len; p++) {
+        int live = 0, done = 0;
+        for (Py_ssize_t i = 0; i < d->m; i++) {
+            const int32_t q = d->tabs[i][(int64_t)d->cur[i] * 256 + tok[p]];
+            if ((uint32_t)q > (uint32_t)d->sinks[i])
+                return -2;
+            d->nxt[i] = q;
+            if (q != d->sinks[i]) {
+                live = 1;
+                done |= d->accs[i][q];
+            }
+        }
+        if (!live)
+            return -1;
+        if (done)
+            return p;
+        for (Py_ssize_t i = 0; i < d->m; i++)
+            d->cur[i] = d->nxt[i];
+    }
+    return -1;
+}
+
 static PyObject *
 first_ends(PyObject *self, PyObject *args)
 {
@@ -1044,10 +1075,7 @@ first_ends(PyObject *self, PyObject *args)
         || check_buffer(&pos_b, 8, t.n, "pos_out") || check_buffer(&before_b, 4, t.n * d.m, "before_out"))
         goto done;
     const Py_ssize_t m = d.m;
-    const int32_t *starts = (const int32_t *)starts_b.buf, *sinks = d.sinks;
-    const int32_t **tabs = d.tabs;
-    const uint8_t **accs = d.accs;
-    int32_t *cur = d.cur, *nxt = d.nxt;
+    const int32_t *starts = (const int32_t *)starts_b.buf;
     const uint8_t *blob = (const uint8_t *)t.blob.buf;
     const int64_t *ranks = (const int64_t *)t.ranks.buf, *offsets = (const int64_t *)t.offsets.buf;
     int64_t *pos_out = (int64_t *)pos_b.buf;
@@ -1055,37 +1083,13 @@ first_ends(PyObject *self, PyObject *args)
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < t.n && !bad; j++) {
-        const uint8_t *tok = blob + offsets[ranks[j]];
-        const int64_t len = offsets[ranks[j] + 1] - offsets[ranks[j]];
-        for (Py_ssize_t i = 0; i < m; i++)
-            cur[i] = starts[i];
-        pos_out[j] = -1;
-        for (int64_t p = depth; p < len; p++) {
-            int live = 0, done = 0;
-            for (Py_ssize_t i = 0; i < m; i++) {
-                int32_t q = tabs[i][(int64_t)cur[i] * 256 + tok[p]];
-                if ((uint32_t)q > (uint32_t)sinks[i]) {
-                    bad = 1;
-                    q = sinks[i];
-                }
-                nxt[i] = q;
-                if (q != sinks[i]) {
-                    live = 1;
-                    if (accs[i][q])
-                        done = 1;
-                }
-            }
-            if (!live)
-                break;
-            if (done) {
-                pos_out[j] = p;
-                for (Py_ssize_t i = 0; i < m; i++)
-                    before_out[j * m + i] = cur[i] == sinks[i] ? -1 : cur[i];
-                break;
-            }
+        const int64_t p = first_end(&d, starts, blob + offsets[ranks[j]], offsets[ranks[j] + 1] - offsets[ranks[j]],
+                                    depth);
+        bad = p == -2;
+        pos_out[j] = p < 0 ? -1 : p;
+        if (p >= 0)
             for (Py_ssize_t i = 0; i < m; i++)
-                cur[i] = nxt[i];
-        }
+                before_out[j * m + i] = d.cur[i] == d.sinks[i] ? -1 : d.cur[i];
     }
     Py_END_ALLOW_THREADS
     if (bad)
@@ -1293,39 +1297,18 @@ jump_plan(PyObject *self, PyObject *args)
             goto done;
         }
         ranks[j] = r;
-        pos[j] = -1;
-        const uint8_t *tok = blob + offsets[r];
-        const int64_t len = offsets[r + 1] - offsets[r];
-        for (Py_ssize_t i = 0; i < m; i++)
-            d.cur[i] = starts[i];
-        for (int64_t p = depth; p < len; p++) {
-            int live = 0, done = 0;
+        pos[j] = first_end(&d, starts, blob + offsets[r], offsets[r + 1] - offsets[r], depth);
+        if (pos[j] == -2) {
+            PyErr_SetString(PyExc_ValueError, "a table holds a state out of range");
+            goto done;
+        }
+        if (pos[j] >= 0) {
+            codes[j * width] = (int32_t)pos[j];
             for (Py_ssize_t i = 0; i < m; i++) {
-                int32_t q = d.tabs[i][(int64_t)d.cur[i] * 256 + tok[p]];
-                if ((uint32_t)q > (uint32_t)d.sinks[i]) {
-                    PyErr_SetString(PyExc_ValueError, "a table holds a state out of range");
-                    goto done;
-                }
-                d.nxt[i] = q;
-                if (q != d.sinks[i]) {
-                    live = 1;
-                    done |= d.accs[i][q];
-                }
+                before[j * m + i] = d.cur[i] == d.sinks[i] ? -1 : d.cur[i];
+                codes[j * width + 1 + i] = d.nxt[i] == d.sinks[i] ? -1 : d.nxt[i];
             }
-            if (!live)
-                break;
-            if (done) {
-                pos[j] = p;
-                codes[j * width] = (int32_t)p;
-                for (Py_ssize_t i = 0; i < m; i++) {
-                    before[j * m + i] = d.cur[i] == d.sinks[i] ? -1 : d.cur[i];
-                    codes[j * width + 1 + i] = d.nxt[i] == d.sinks[i] ? -1 : d.nxt[i];
-                }
-                idx[n_sel++] = j;
-                break;
-            }
-            for (Py_ssize_t i = 0; i < m; i++)
-                d.cur[i] = d.nxt[i];
+            idx[n_sel++] = j;
         }
     }
     const PlanCtx ctx = {codes, width, blob, offsets, ranks, pos};

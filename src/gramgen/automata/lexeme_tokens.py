@@ -112,7 +112,7 @@ def _classify_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: 
     if not n_ranks:
         return LexemeTokens(inside=inside, exits=exits, n_exits=0)
     fields = _chain_fields(tt)
-    if len(fields) == 9:  # the exception path's fields: then the flag, and the memo if kept
+    if fields and EXCEPTED:  # the exception path's fields: then the flag, and the memo if kept
         fields += (only_excepted,) + (() if memo is None else (memo,))
     n_exits = _tokenwalk.classify(
         np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),

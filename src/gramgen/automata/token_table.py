@@ -117,12 +117,8 @@ class TokenTable:
         utf8 = np.zeros(n, dtype=np.uint8)
         for r in np.flatnonzero(rest[:, 0] & np.uint64(1)):
             tail = self.sorted_bytes[r][self.char_len[r]:]
-            if b"\0" not in tail:
-                try:
-                    tail.decode("utf-8")
-                    utf8[r] = 1
-                except UnicodeDecodeError:
-                    pass
+            if b"\0" not in tail and _whole_utf8(tail):
+                utf8[r] = 1
         self.rest_utf8 = utf8
         self._rare(blob, starts, lengths)
 
@@ -150,8 +146,8 @@ class TokenTable:
             self.rare_ranks = np.zeros(0, dtype=np.int32)
             chars = np.zeros(0, dtype=np.int64)
         self.by_chars = np.argsort(-chars, kind="stable").astype(np.int32)
-        self.more_chars = (n - np.cumsum(np.bincount(np.minimum(chars, self.max_len), minlength=self.max_len + 1)))
-        self.more_chars = self.more_chars.astype(np.int64)
+        self.more_chars = (n - np.cumsum(np.bincount(np.minimum(chars, self.max_len),
+                                                     minlength=self.max_len + 1))).astype(np.int64)
         real = np.zeros(self.vocab_size, dtype=bool)
         real[self.rank_to_id] = True
         self.real_ids = pack(real)
