@@ -2,7 +2,18 @@
 
 Callers can catch one base class; each subclass carries the location that makes the
 message actionable (line/column for grammars, a JSON pointer for schemas, a token and
-byte position for rejected tokens).
+byte position for rejected tokens)::
+
+    GramgenError
+    ├── ConfigurationError (also ValueError)   a bad argument or option of a gramgen call
+    ├── GrammarError                            a grammar source is malformed (line, column)
+    ├── SchemaError                             a JSON Schema is malformed or unsupported (pointer)
+    ├── TokenizerError                          a tokenizer cannot be mapped to bytes
+    ├── TokenRejected                           a token the grammar does not allow (token, position)
+    └── CompileLimitError                       a compile budget was exceeded (pointer)
+
+Configuration errors are also ``ValueError`` (as lark's are), so ordinary handlers of bad
+arguments still catch them.
 """
 
 from __future__ import annotations
@@ -10,6 +21,10 @@ from __future__ import annotations
 
 class GramgenError(Exception):
     """Base class of all gramgen errors."""
+
+
+class ConfigurationError(GramgenError, ValueError):
+    """An argument or option of a gramgen call is missing, unknown or out of range."""
 
 
 class GrammarError(GramgenError):
