@@ -14,7 +14,7 @@ from conftest import ROOT
 from gramgen.automata.earley import LocalSignatures
 from gramgen.automata.lexer_automaton import LexerAutomaton
 from gramgen.automata.token_table import TokenTable
-from gramgen.runtime import bitmask
+from gramgen.automata import bitmask
 from textgen import WordSampler
 
 GRAMMARS = {

@@ -445,7 +445,7 @@ def test_token_table_rare_fields():
             assert tt.more_chars[L] == int((chars > L).sum()), L
         real = np.zeros(tt.vocab_size, dtype=bool)
         real[tt.rank_to_id] = True
-        assert (gramgen.runtime.bitmask.unpack(tt.real_ids, tt.vocab_size) == real).all() and not real.all()
+        assert (gramgen.automata.bitmask.unpack(tt.real_ids, tt.vocab_size) == real).all() and not real.all()
 
 
 @pytest.mark.parametrize("tokenizer", ["llama3", "llama2"])

@@ -13,7 +13,7 @@ import pytest
 
 import gramgen
 from conftest import ROOT, hf_tokenizer, vocabulary
-from gramgen.runtime.bitmask import n_words, unpack
+from gramgen.automata.bitmask import n_words, unpack
 from textgen import WordSampler, tokenize
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.bitmask import count, pack, set_bits
+from .bitmask import count, pack, set_bits
 from .token_table import TokenTable
 
 try:

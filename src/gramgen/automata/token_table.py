@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from .._lru import SizedLRU
-from ..runtime.bitmask import pack
+from .bitmask import pack
 
 
 class TokenTable:

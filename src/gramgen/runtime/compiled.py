@@ -16,8 +16,8 @@ from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..errors import GrammarError
 from ..grammar.grammar import Grammar
-from . import bitmask
-from .bitmask import set_bits
+from ..automata import bitmask
+from ..automata.bitmask import set_bits
 
 
 class CompiledGrammar:

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it on first use (~20 ms): pay that at import, not in a mask
 
+from ..automata import bitmask
 from ..automata.earley import HorizonReads, LocalSignatures, tracked_view
 from ..automata.lexeme_tokens import jump_plan as plan_jumps, pass_split, run_suffixes
 from ..errors import TokenRejected
-from . import bitmask
 from .compiled import CompiledGrammar
 
 #: horizons (in origin links) tried for the context-independent part of a mask

@@ -1,0 +1,66 @@
+"""Packed token masks: bit ``i`` of word ``i // 32`` is token ``i``.
+
+This is the layout xgrammar and llguidance use for logits masking, so a packed mask can
+be copied straight into a ``[batch, ceil(V/32)]`` int32 tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def n_words(vocab_size: int) -> int:
+    return (vocab_size + 31) // 32
+
+
+def pack(allowed: np.ndarray) -> np.ndarray:
+    """bool[V] -> uint32[ceil(V/32)]."""
+    n = allowed.shape[0]
+    padded = np.zeros(n_words(n) * 32, dtype=bool)
+    padded[:n] = allowed
+    return np.packbits(padded, bitorder="little").view("<u4").astype(np.uint32, copy=False)
+
+
+def unpack(words: np.ndarray, vocab_size: int) -> np.ndarray:
+    """uint32[ceil(V/32)] -> bool[V]."""
+    bits = np.unpackbits(words.astype("<u4", copy=False).view(np.uint8), bitorder="little")
+    return bits[:vocab_size].view(bool)
+
+
+def set_bits(words: np.ndarray, ids) -> None:
+    """Set the bits of token ``ids`` in place."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size:
+        np.bitwise_or.at(words, ids >> 5, (np.uint32(1) << (ids & 31).astype(np.uint32)))
+
+
+def count(words: np.ndarray) -> int:
+    return int(np.bitwise_count(words).sum())
+
+
+def allocate_token_bitmask(batch_size: int, vocab_size: int):
+    """An int32 ``[batch, ceil(V/32)]`` bitmask (torch if installed, else numpy), all ones."""
+    try:
+        import torch
+
+        return torch.full((batch_size, n_words(vocab_size)), -1, dtype=torch.int32)
+    except ImportError:  # pragma: no cover - torch is optional for the engine
+        return np.full((batch_size, n_words(vocab_size)), -1, dtype=np.int32)
+
+
+def write_row(bitmask, row: int, words: np.ndarray) -> None:
+    """Copy packed ``words`` into row ``row`` of a numpy or torch int32 bitmask."""
+    data = words.view(np.int32)
+    if isinstance(bitmask, np.ndarray):
+        bitmask[row, : data.shape[0]] = data
+        bitmask[row, data.shape[0]:] = 0
+        return
+    import torch  # a torch tensor, possibly on an accelerator
+
+    src = torch.from_numpy(data)
+    target = bitmask[row]
+    if target.device.type != "cpu":
+        src = src.to(target.device, non_blocking=True)
+    target[: data.shape[0]].copy_(src)
+    if target.shape[0] > data.shape[0]:
+        target[data.shape[0]:] = 0
