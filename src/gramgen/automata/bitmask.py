@@ -64,3 +64,17 @@ def write_row(bitmask, row: int, words: np.ndarray) -> None:
     target[: data.shape[0]].copy_(src)
     if target.shape[0] > data.shape[0]:
         target[data.shape[0]:] = 0
+
+
+def apply_bitmask(logits, bitmask):
+    """``logits`` (torch ``[batch, width]``) with ``-inf`` wherever the packed int32
+    ``bitmask`` (torch ``[batch, words]``, on the logits' device) has a 0 bit; columns
+    beyond the bitmask count as 0. Every path that masks logits uses this function."""
+    import torch  # torch is optional for the engine
+
+    width = logits.shape[-1]
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = ((bitmask.unsqueeze(-1) >> shifts) & 1).reshape(bitmask.shape[0], -1).bool()
+    if bits.shape[1] < width:
+        bits = torch.nn.functional.pad(bits, (0, width - bits.shape[1]), value=False)
+    return logits.masked_fill(~bits[:, :width], float("-inf"))
