@@ -1,6 +1,7 @@
 """Compiled grammars and matchers: the per-sequence runtime."""
 
-from .compiled import CompiledGrammar, compile
+from .compile import CompileOptions, compile
+from .compiled import CompiledGrammar
 from .matcher import Matcher
 
-__all__ = ["CompiledGrammar", "Matcher", "compile"]
+__all__ = ["CompileOptions", "CompiledGrammar", "Matcher", "compile"]

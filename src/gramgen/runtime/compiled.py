@@ -1,4 +1,4 @@
-"""Compiling a grammar against a vocabulary: :func:`compile` and :class:`CompiledGrammar`."""
+"""The :class:`CompiledGrammar`: a grammar bound to a vocabulary (made by :func:`gramgen.compile`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
+from ..automata import bitmask
+from ..automata.bitmask import set_bits
 from ..automata.dfa import canonical_form, compile_regexes, probe_bytes
 from ..automata.earley import Interner, ParserTables
 from ..automata import lexeme_tokens as _lexeme_tokens
@@ -16,8 +18,7 @@ from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..errors import GrammarError
 from ..grammar.grammar import Grammar
-from ..automata import bitmask
-from ..automata.bitmask import set_bits
+from .matcher import Matcher
 
 
 class CompiledGrammar:
@@ -52,13 +53,15 @@ class CompiledGrammar:
     #: :meth:`inside_neighbours`; 0 turns the reuse off)
     INSIDE_NEIGHBORS = 4
 
-    def __init__(self, grammar: Grammar, vocab, *, max_dfa_states: int = 10_000,
-                 mask_cache_size: int = 4096, precompute: bool | None = None):
+    def __init__(self, grammar: Grammar, vocab, options: "CompileOptions"):
+        """Made by :func:`gramgen.compile`: ``options`` is a validated
+        :class:`~gramgen.runtime.CompileOptions` (read here by its fields only)."""
         self.grammar = grammar
         self.vocab = vocab
+        self.options = options
         ir = grammar.ir
         dfas = {}
-        built = compile_regexes(ir.lexemes.values(), max_states=max_dfa_states)
+        built = compile_regexes(ir.lexemes.values(), max_states=options.max_dfa_states)
         for name in ir.lexemes:
             try:
                 dfas[name] = next(built)
@@ -93,7 +96,7 @@ class CompiledGrammar:
         self._agreement: dict = {}  # (lexeme, state, lexeme, state) -> agreement depth
         self._probes: dict = {}  # (lexeme, lexeme) -> the bytes their agreement tries
         self._exit_cache: OrderedDict = OrderedDict()
-        self._mask_cache_size = mask_cache_size
+        self._mask_cache_size = options.mask_cache_size
         #: context-free parts of exit walks (lexeme passes, in-lexeme jumps), keyed by
         #: lexeme states, tokens and depth (see Matcher._walk_exits)
         self.pass_cache: dict = {}
@@ -101,15 +104,14 @@ class CompiledGrammar:
         self._lock = threading.Lock()
         self._initial = self.tables.initial_set()
         self._initial.sig = self.tables.signature([self._initial], 0, self._intern)
+        precompute = options.precompute
         if precompute is None:
             precompute = sum(d.n_states for d in self.tables.lex_dfas) <= self.AUTO_PRECOMPUTE_STATES
         if precompute:
             self.precompute()
 
-    def matcher(self):
+    def matcher(self) -> Matcher:
         """A fresh :class:`~gramgen.Matcher` at the start of the language."""
-        from .matcher import Matcher
-
         return Matcher(self)
 
     # -- caches shared by matchers ---------------------------------------------------------
@@ -365,15 +367,3 @@ class _LazyMemos(dict):
         # (two threads may both make one; either is fine, the loser's is dropped)
         return self.setdefault(lexeme, chain_memo(self._tables[lexeme][0]))
 
-
-def compile(grammar: Grammar, vocab, **options) -> CompiledGrammar:
-    """Compile ``grammar`` for ``vocab`` (a :class:`~gramgen.Vocabulary`).
-
-    Options: ``precompute`` (True: classify the vocabulary for every lexeme state now;
-    False: on first use; None, the default: now only for small lexicons, see
-    :attr:`CompiledGrammar.AUTO_PRECOMPUTE_STATES`), ``max_dfa_states`` (per lexeme, else
-    :class:`~gramgen.GrammarError`), ``mask_cache_size`` (masks kept per compiled grammar).
-    """
-    if not isinstance(grammar, Grammar):
-        raise TypeError(f"compile() expects a gramgen.Grammar, got {type(grammar).__name__}")
-    return CompiledGrammar(grammar, vocab, **options)

@@ -12,7 +12,6 @@ from ..automata import bitmask
 from ..automata.earley import HorizonReads, LocalSignatures, tracked_view
 from ..automata.lexeme_tokens import jump_plan as plan_jumps, pass_split, run_suffixes
 from ..errors import TokenRejected
-from .compiled import CompiledGrammar
 
 #: horizons (in origin links) tried for the context-independent part of a mask
 _HORIZONS = (2, 3, 4, 5, 6, 8, 12)
@@ -42,7 +41,9 @@ class Matcher:
 
     __slots__ = ("_cg", "_tables", "_chart", "_bounds", "_tokens", "_terminated")
 
-    def __init__(self, compiled: CompiledGrammar):
+    def __init__(self, compiled: "CompiledGrammar"):
+        """A matcher at the start of the language of ``compiled`` (a
+        :class:`~gramgen.CompiledGrammar`, usually through its ``matcher()``)."""
         self._cg = compiled
         self._tables = compiled.tables
         self._chart = [compiled._initial]
