@@ -62,6 +62,11 @@ class Matcher:
         return self._terminated
 
     @property
+    def vocab_size(self) -> int:
+        """The length of this matcher's masks: the vocabulary's size."""
+        return self._cg.vocab_size
+
+    @property
     def tokens(self) -> list[int]:
         """The tokens advanced so far."""
         return list(self._tokens)
