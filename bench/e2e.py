@@ -4,8 +4,8 @@
     python -m bench.e2e --schemas 0      # lark grammars only
     python -m bench.e2e --threads 2 --max-new-tokens 96
 
-For every prompt, in one run and one process, the same decoding loop
-(``gramgen.integrations.generation.decode``, batch 1, greedy) runs three ways:
+For every prompt, in one run and one process, the generation loop
+(``gramgen.generation.run`` with greedy masked sampling, batch 1) runs three ways:
 
 * ``free``: no grammar, capped at the number of tokens the constrained run produced;
 * ``masked``: the grammar's mask applied at every step, jump-forward off;
@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import gramgen  # noqa: E402
-from gramgen.integrations import generation  # noqa: E402
+from gramgen.grammar.sources import builtin_grammar_text  # noqa: E402
+from gramgen.generation import Constrained, MatcherConstraint, Sequence, run  # noqa: E402
+from gramgen.generation.samplers import MaskedSampler  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 
@@ -44,45 +46,23 @@ start: "{\"name\":" STR ",\"age\":" INT ",\"city\":" STR ",\"languages\":[" STR 
 STR: /"[A-Za-z ]{1,24}"/
 INT: /[1-9][0-9]{0,2}/
 """, ["Describe Ada Lovelace as JSON.", "Describe a fictional engineer from Oslo as JSON."]),
-    "json": ((ROOT / "grammars" / "json.lark").read_text(),
+    "json": (builtin_grammar_text("json"),
              ["Give a JSON object describing a book.", "Give a JSON list of three planets with their sizes."]),
-    "sql": ((ROOT / "grammars" / "sql.lark").read_text(),
+    "sql": (builtin_grammar_text("sql"),
             ["Table users(id, name, age). Write one SQL query for the names of users older than 30.",
              "Table items(id, price). Write one SQL query for the ten most expensive items."]),
 }
 
 
-class MaskTimer:
-    """Adds up the time decode() spends in ``_force`` (mask computation and forced tokens)."""
-
-    def __init__(self):
-        self.seconds = 0.0
-        self._orig = generation._force
-
-    def __enter__(self):
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return self._orig(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - t0
-
-        generation._force = timed
-        return self
-
-    def __exit__(self, *exc):
-        generation._force = self._orig
-
-
 def _run(model, prompt_ids, compiled, max_new_tokens, jump_forward):
-    with MaskTimer() as timer:
-        w0, c0 = time.perf_counter(), time.process_time()
-        (row,) = generation.decode(model, [prompt_ids], compiled, max_new_tokens=max_new_tokens,
-                                   jump_forward=jump_forward)
-        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    return {"tokens": len(row.tokens), "forwards": row.stats.forward_passes,
-            "forced": row.stats.forced_tokens, "finish": row.finish, "wall": wall, "cpu": cpu,
-            "mask_seconds": timer.seconds}
+    seq = Sequence(list(prompt_ids), None if compiled is None else MatcherConstraint(compiled.matcher()))
+    sampler = MaskedSampler(Constrained(jump_forward=jump_forward), model.vocab)
+    w0, c0 = time.perf_counter(), time.process_time()
+    (seq,) = run(model, [seq], sampler, max_new_tokens=max_new_tokens)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    return {"tokens": len(seq.tokens), "forwards": seq.stats.forward_passes,
+            "forced": seq.stats.forced_tokens, "finish": seq.finish, "wall": wall, "cpu": cpu,
+            "mask_seconds": seq.stats.mask_seconds}
 
 
 def _dev_schemas(n: int, seed: int, max_chars: int) -> list[dict]:
@@ -142,7 +122,7 @@ def main(argv=None) -> int:
     model = gramgen.load_model("smollm2", device="cpu")
     items, notes = workloads(model, args.schemas, args.seed, args.max_schema_chars)
     # warm-up: first forward passes of a process are slower
-    generation.decode(model, [model.prompt_ids("Hello")], None, max_new_tokens=8)
+    _run(model, model.prompt_ids("Hello"), None, 8, jump_forward=False)
 
     records = []
     for workload, label, prompt, make in items:

@@ -13,7 +13,7 @@ each given as a chat prompt:
   every token sequence of the language (all tokenisations) whose prefix probability is
   above a threshold; the mass left out is reported and bounds the error;
 * constraint evaluations per generated token (a full mask = the vocabulary size);
-* wall time per sample on this machine's CPU, and the model contexts scored per sample
+* wall time per sample on this machine's CPU, and the model forward passes per sample
   (the device-independent cost). The enumeration fills the model's prefix cache first and
   every sampler shares it, so wall time is mostly the sampler's own work.
 
@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import gramgen  # noqa: E402
-from gramgen.decoding import (ASAp, MatcherConstraint, SyntheticLM, TransformersLM,  # noqa: E402
-                              load_smollm2, run_sampler)
+from gramgen.generation import (SMC, ASAp, ASApSampling, MatcherConstraint, SyntheticLM,  # noqa: E402
+                                TransformersLM)
 
 SHARED = ROOT.parent / "shared"
 
@@ -194,22 +194,25 @@ def run_task(task, lm, tok, args) -> dict:
                              for w, qq in sorted(zip(exact["words"], q), key=lambda x: -x[1])[:5]]},
            "samplers": {}}
     for name in SAMPLERS:
-        extra = {}
         asap = None
+        extra: dict = {"sampler": name}
+        if name == "constrained":
+            extra["temperature"] = 1.0
         if name == "asap":
             asap = ASAp(lm, cg, prompt, max_new_tokens=args.max_new_tokens, seed=0)
-            extra["asap"] = asap
+            extra["sampler"] = ASApSampling(trie=asap)
         if name == "smc":
-            extra["num_particles"] = args.particles
+            extra["sampler"] = SMC(num_particles=args.particles)
         rows = []
-        requested, forwards = lm.contexts_requested, lm.forward_calls
+        forwards = lm.forward_passes
         t1 = time.perf_counter()
         for i in range(args.samples):
-            r = run_sampler(name, lm, cg, prompt, max_new_tokens=args.max_new_tokens, seed=i,
-                            **extra)
+            r = gramgen.generate(lm, prompt, grammar=cg, max_new_tokens=args.max_new_tokens,
+                                 seed=i, **extra)
             rows.append(r)
         wall = time.perf_counter() - t1
-        samples = [tuple(r.tokens) for r in rows]
+        eos = lm.vocab.eos_token_ids[0]
+        samples = [tuple(r.tokens) + (eos if r.eos_token is None else r.eos_token,) for r in rows]
         n_tokens = sum(len(r.tokens) for r in rows)
         emp_kl, outside = empirical_kl(samples, exact)
         res = {
@@ -218,8 +221,7 @@ def run_task(task, lm, tok, args) -> dict:
             "kl_empirical": emp_kl, "outside_enumeration": outside,
             "evaluations_per_token": sum(r.extras["constraint_evaluations"] for r in rows) / n_tokens,
             "seconds_per_sample": wall / len(rows),
-            "contexts_per_sample": (lm.contexts_requested - requested) / len(rows),
-            "uncached_forwards": lm.forward_calls - forwards,
+            "forward_passes_per_sample": (lm.forward_passes - forwards) / len(rows),
             "texts": [tok.decode([t for t in s if t not in lm.vocab.eos_token_ids]) for s in samples],
         }
         if name in ("constrained", "awrs"):  # AWRS draws from the same local distribution
@@ -265,8 +267,8 @@ def proxy_evaluations(texts: list[str], eps: float = 0.1) -> list[dict]:
                 return out
 
             lm = SyntheticLM(vocab, logits)
-            r = run_sampler("awrs", lm, MatcherConstraint(cg.matcher()), [0],
-                            max_new_tokens=64, seed=i)
+            r = gramgen.generate(lm, [0], constraint=MatcherConstraint(cg.matcher()),
+                                 sampler="awrs", max_new_tokens=64, seed=i)
             evals += r.extras["constraint_evaluations"]
             tokens += len(r.tokens)
         per = evals / tokens
@@ -294,7 +296,7 @@ def write_report(result: dict, out: Path) -> None:
                   f"<= {ex['pruned_mass']:.2g}. E_Q[log P] = {ex['mean_logprob']:.3f}. "
                   "Most likely under Q: " + ", ".join(f"`{t}` {p:.3f}" for t, p in ex["top"]) + ".", "",
                   "| sampler | mean log P(output) | KL(empirical ‖ Q) | exact KL(sampler ‖ Q) | "
-                  "evaluations / token | model contexts / sample | s / sample |",
+                  "evaluations / token | forward passes / sample | s / sample |",
                   "|---|---|---|---|---|---|---|"]
         for name in SAMPLERS:
             r = task["samplers"][name]
@@ -306,7 +308,7 @@ def write_report(result: dict, out: Path) -> None:
                 exact_kl = "n/a"
             lines.append(f"| {LABEL[name]} | {r['mean_logprob']:.3f} | {r['kl_empirical']:.3f} | "
                          f"{exact_kl} | {r['evaluations_per_token']:.1f} | "
-                         f"{r['contexts_per_sample']:.1f} | {r['seconds_per_sample']:.2f} |")
+                         f"{r['forward_passes_per_sample']:.1f} | {r['seconds_per_sample']:.2f} |")
         smc = task["samplers"]["smc"]
         lines += ["", f"SMC's estimate of log Z (mean of Ẑ over its runs): {smc['log_ml_mean']:.3f} "
                       f"vs exact {ex['log_z']:.3f}. An exact sampler's empirical KL at this "
@@ -327,8 +329,8 @@ def write_report(result: dict, out: Path) -> None:
               "are not independent; its exact KL is that of the next sample given the trie. "
               "Wall times are on a shared CPU; model forwards mostly come from the prefix "
               "cache the enumeration filled (uncached forwards are in samplers.json), so they "
-              "measure the samplers' own work; 'model contexts / sample' counts the scored "
-              "contexts a sampler asks for (ASAp asks only for new trie nodes)."]
+              "measure the samplers' own work; 'forward passes / sample' counts the model "
+              "forward passes a sample needs (ASAp needs them only for new trie nodes)."]
     (out / "SAMPLERS.md").write_text("\n".join(lines) + "\n")
 
 
@@ -385,9 +387,9 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    model, tok = load_smollm2()
-    vocab = gramgen.Vocabulary.from_huggingface(tok)
-    lm = TransformersLM(model, vocab, cache_size=400)
+    model = gramgen.load_model("smollm2", device="cpu")
+    tok = model.tokenizer
+    lm = TransformersLM(model.hf_model, gramgen.Vocabulary.from_huggingface(tok))
     tasks = []
     for task in TASKS:
         print(f"task {task['name']}", flush=True)

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import gramgen
-from gramgen.integrations.model import converted_folder
+from gramgen.hf import converted_folder
 
 GRAMMAR = r"""
 start: "{" "\"city\":" STRING ",\"country\":" STRING ",\"population\":" NUMBER "}"

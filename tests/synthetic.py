@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import gramgen
-from gramgen.decoding import SyntheticLM
+from gramgen.generation import SyntheticLM, TransformersLM
 
 EOS = "<eos>"
 
@@ -127,6 +127,13 @@ def enumerate_language(lm, cg, prompt: list[int], max_new_tokens: int = 64) -> E
 
 # -- statistics ------------------------------------------------------------------------------
 
+def word(result, vocab) -> tuple[int, ...]:
+    """A generated output as the enumeration lists it: its tokens, then EOS (the first EOS
+    id when the output ended because the grammar allowed nothing else)."""
+    eos = result.eos_token if result.eos_token is not None else vocab.eos_token_ids[0]
+    return tuple(result.tokens) + (eos,)
+
+
 def kl(p: np.ndarray, q: np.ndarray) -> float:
     """KL(p || q) in nats (terms with p = 0 contribute 0)."""
     p = np.asarray(p, dtype=np.float64)
@@ -207,16 +214,15 @@ REAL_QUESTION = "Is the sky blue? Answer Yes or No."
 @functools.cache
 def smollm2():
     """(TransformersLM, tokenizer) for SmolLM2-135M-Instruct, converted once and cached
-    under ``$GRAMGEN_CACHE`` (default /tmp/gramgen-cache). One torch thread: the tests run
-    beside others on few cores, where more threads only contend."""
+    under ``$GRAMGEN_CACHE`` (default ~/.cache/gramgen). The vocabulary is the tokenizer's
+    own (EOS = its eos token only). One torch thread: the tests run beside others on few
+    cores, where more threads only contend."""
     import torch
 
-    from gramgen.decoding import TransformersLM, load_smollm2
-
     torch.set_num_threads(1)
-    model, tok = load_smollm2()
-    vocab = gramgen.Vocabulary.from_huggingface(tok)
-    return TransformersLM(model, vocab, cache_size=512), tok
+    model = gramgen.load_model("smollm2", device="cpu")
+    vocab = gramgen.Vocabulary.from_huggingface(model.tokenizer)
+    return TransformersLM(model.hf_model, vocab), model.tokenizer
 
 
 @functools.cache

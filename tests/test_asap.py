@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 from synthetic import (BINARY, Exact, binary_setup, empirical, enumerate_language, kl,
-                       small_vocab, smollm2_yes_no)
+                       small_vocab, smollm2_yes_no, word)
 
 import gramgen
 from gramgen import ASAp, GramgenError
-from gramgen.decoding import SyntheticLM, run_sampler
+from gramgen.generation import ASApSampling, SyntheticLM
 
 
 def asap_distribution(asap: ASAp, lm, cg, ex: Exact, prompt) -> np.ndarray:
@@ -122,7 +122,7 @@ def test_converges_where_masked_sampling_stays_biased():
         assert kl(asap_distribution(asap, lm, cg, ex, [0]), ex.q) < 0.1 * kl_gcd
         if seed == 0:
             kl_asap = kl(empirical(samples[750:], ex), ex.q)
-    gcd = [run_sampler("constrained", lm, cg, [0], max_new_tokens=16, seed=s).tokens
+    gcd = [word(gramgen.generate(lm, [0], grammar=cg, temperature=1.0, max_new_tokens=16, seed=s), vocab)
            for s in range(750)]
     kl_gcd_emp = kl(empirical(gcd, ex), ex.q)
     assert kl_asap < 0.3 < 0.8 < kl_gcd_emp, (kl_asap, kl_gcd_emp)
@@ -150,17 +150,19 @@ def test_save_load_round_trip(tmp_path):
         assert set(data.files) == {"header", "parent", "token", "sizes", "allowed", "logp", "log_e"}
 
 
-def test_run_sampler_asap_reuses_a_trie():
+def test_generate_asap_reuses_a_trie():
     vocab, cg, lm = binary_setup(seed=2)
     asap = ASAp(lm, cg, [0], max_new_tokens=16, seed=0)
-    r = run_sampler("asap", lm, cg, [0], max_new_tokens=16, seed=0, asap=asap, warmup=5)
+    r = gramgen.generate(lm, [0], grammar=cg, max_new_tokens=16, seed=0,
+                         sampler=ASApSampling(trie=asap, warmup=5))
     assert asap.samples_drawn == 6 and r.complete and r.finish_reason == "eos"
-    assert r.tokens[-1] == vocab.eos_token_ids[0]
+    assert r.eos_token == vocab.eos_token_ids[0]
     m = cg.matcher()
-    m.advance_many(r.tokens)
+    m.advance_many(r.tokens + [r.eos_token])
     assert m.is_terminated()
     with pytest.raises(GramgenError):
-        run_sampler("asap", lm, cg, [0, 1], max_new_tokens=16, seed=0, asap=asap)
+        gramgen.generate(lm, [0, 1], grammar=cg, max_new_tokens=16, seed=0,
+                         sampler=ASApSampling(trie=asap))
 
 
 def test_budget_too_small_raises():
@@ -183,14 +185,16 @@ def test_asap_on_smollm2_converges_to_the_exact_conditional():
     assert kl(asap_distribution(asap, lm, cg, ex, prompt), ex.q) < 0.05 * kl_gcd
 
 
-def test_run_sampler_accepts_an_equal_recompiled_grammar():
+def test_generate_asap_accepts_an_equal_recompiled_grammar():
     """generate() may compile the grammar anew on each call: an ASAp trie built for an
     equal grammar over the same vocabulary is reused, a different grammar is refused."""
     vocab, cg, lm = binary_setup(seed=2)
     asap = ASAp(lm, cg, [0], max_new_tokens=16, seed=0)
     again = gramgen.compile(gramgen.Grammar.from_regex(BINARY), vocab)
-    run_sampler("asap", lm, again, [0], max_new_tokens=16, seed=0, asap=asap)
+    gramgen.generate(lm, [0], grammar=again, max_new_tokens=16, seed=0,
+                     sampler=ASApSampling(trie=asap))
     assert asap.samples_drawn == 1
     other = gramgen.compile(gramgen.Grammar.from_regex(r"[01]{1,4}"), vocab)
     with pytest.raises(GramgenError):
-        run_sampler("asap", lm, other, [0], max_new_tokens=16, seed=0, asap=asap)
+        gramgen.generate(lm, [0], grammar=other, max_new_tokens=16, seed=0,
+                         sampler=ASApSampling(trie=asap))

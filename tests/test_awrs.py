@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from synthetic import (EOS, binary_setup, chi_square_pvalue, expr_setup, smollm2_yes_no)
 
-from gramgen.decoding import (MatcherConstraint, PredicateConstraint, SyntheticLM, awrs_step,
-                              run_sampler)
-from gramgen.decoding.awrs import WithoutReplacement
+import gramgen
+from gramgen.generation import MatcherConstraint, PredicateConstraint, SyntheticLM, awrs_step
+from gramgen.generation.samplers.awrs import WithoutReplacement
 
 P_MIN = 1e-3  # chi-square p-value below which a distribution test fails
 
@@ -162,8 +162,8 @@ def test_predicate_constraint_matches_the_grammar():
 
     pred = PredicateConstraint(vocab, prefix_ok, complete_ok)
     for seed in range(20):
-        a = run_sampler("awrs", lm, cg, [0], max_new_tokens=16, seed=seed)
-        b = run_sampler("awrs", lm, pred, [0], max_new_tokens=16, seed=seed)
+        a = gramgen.generate(lm, [0], grammar=cg, sampler="awrs", max_new_tokens=16, seed=seed)
+        b = gramgen.generate(lm, [0], constraint=pred, sampler="awrs", max_new_tokens=16, seed=seed)
         assert a.tokens == b.tokens and a.extras["log_weight"] == b.extras["log_weight"]
         assert a.finish_reason == b.finish_reason == "eos" and b.complete
     assert pred.counter.count > 0
@@ -178,13 +178,17 @@ def test_few_checks_when_the_model_agrees():
     c = MatcherConstraint(cg.matcher())
     total = steps = 0
     for seed in range(200):
-        r = run_sampler("awrs", lm, c, [0], max_new_tokens=16, seed=seed)
+        r = gramgen.generate(lm, [0], constraint=c, sampler="awrs", max_new_tokens=16, seed=seed)
         total += r.extras["constraint_evaluations"]
         steps += r.extras["steps"]
     per_step = total / steps
     assert 1.0 <= per_step < 3.0, per_step
-    full = run_sampler("constrained", lm, cg, [0], max_new_tokens=16, seed=0)
-    assert full.extras["constraint_evaluations"] == full.extras["steps"] * vocab.size
+    # masked sampling: one full mask before each draw, and one more when the grammar then
+    # allows nothing but ending
+    full = gramgen.generate(lm, [0], grammar=cg, temperature=1.0, max_new_tokens=16, seed=0,
+                            jump_forward=False)
+    masks = full.extras["steps"] + (full.finish_reason == "grammar")
+    assert full.extras["constraint_evaluations"] == masks * vocab.size
 
 
 def test_awrs_on_smollm2_matches_exact_local_distribution():

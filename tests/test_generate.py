@@ -11,10 +11,12 @@ import re
 import lark
 import pytest
 
-from conftest import ROOT, require_shared
+from conftest import require_shared
 
 import gramgen
-from gramgen.integrations import generation
+from gramgen.generation import Constrained, MatcherConstraint, Sequence, run, target_for
+from gramgen.generation.samplers import MaskedSampler
+from gramgen.grammar.sources import builtin_grammar_text
 
 PERSON = r"""
 start: "{\"name\":" STR ",\"age\":" INT ",\"city\":" STR "}"
@@ -83,8 +85,7 @@ def test_logprob_and_kv_cache_match_a_full_forward_pass(model):
     ids = torch.tensor([prompt + out.tokens])
     with torch.inference_mode():
         logits = model.hf_model(ids).logits[0, len(prompt) - 1:].float()
-    cg, _, _ = generation.compiled_constraint(model.vocab, lark=PERSON)
-    m = cg.matcher()
+    m = target_for(model.vocab, lark=PERSON).compiled.matcher()
     total = 0.0
     for step, token in enumerate(out.tokens):
         allowed = torch.from_numpy(m.mask())
@@ -154,7 +155,9 @@ def test_chat_false_uses_the_raw_prompt(model):
 
 
 def test_clear_errors_for_bad_arguments(model):
-    with pytest.raises(gramgen.GramgenError, match="exactly one"):
+    with pytest.raises(gramgen.ConfigurationError, match="exactly one"):
+        gramgen.generate(model, "x")
+    with pytest.raises(ValueError, match="exactly one"):   # configuration errors are ValueErrors
         gramgen.generate(model, "x")
     with pytest.raises(gramgen.GramgenError, match="exactly one"):
         gramgen.generate(model, "x", regex="a", lark='start: "a"')
@@ -172,18 +175,24 @@ def test_clear_errors_for_bad_arguments(model):
         gramgen.generate(model, "x", regex="a", temperature=-1)
     with pytest.raises(gramgen.GramgenError, match="pydantic"):
         gramgen.generate(model, "x", schema=int)
+    with pytest.raises(gramgen.ConfigurationError, match="top_p"):
+        gramgen.generate(model, "x", regex="a", temperature=1.0, top_p=1.5)
+    with pytest.raises(gramgen.ConfigurationError, match="prompt"):
+        gramgen.generate(model, 42, regex="a")
     with pytest.raises(gramgen.GramgenError, match="gramgen.Model"):
         gramgen.generate(model.hf_model, "x", regex="a")
 
 
 def test_compiled_grammars_are_cached(model):
-    a, _, _ = generation.compiled_constraint(model.vocab, lark=PERSON)
-    b, _, _ = generation.compiled_constraint(model.vocab, lark=PERSON)
+    a = target_for(model.vocab, lark=PERSON).compiled
+    b = target_for(model.vocab, lark=PERSON).compiled
     assert a is b
+    g = gramgen.Grammar.from_lark(PERSON)
+    assert target_for(model.vocab, grammar=g).compiled is target_for(model.vocab, grammar=g).compiled
 
 
 LARK_GRAMMARS = {
-    "sql": ((ROOT / "grammars" / "sql.lark").read_text(), "Write a SQL query that lists the names of all users."),
+    "sql": (builtin_grammar_text("sql"), "Write a SQL query that lists the names of all users."),
     "arithmetic": (None, "Write this expression without spaces: 3*(4+5)"),
     "person": (PERSON, "Describe Carol, 41, from Oslo, as JSON."),
 }
@@ -244,9 +253,10 @@ def test_jsonschemabench_completed_outputs_validate(model):
     assert len(compiled) >= 15, f"only {len(compiled)} of 30 schemas compiled"
     # a short prompt: the grammar alone shapes the output, and 30 long prompts would make
     # the batch's prefill the slowest part of the test
-    prompts = [model.prompt_ids("Output a short JSON example.")] * len(kept)
-    rows = generation.decode(model, prompts, compiled, max_new_tokens=64)
-    results = [generation.to_result(model, row, True, None) for row in rows]
+    prompt = model.prompt_ids("Output a short JSON example.")
+    population = [Sequence(list(prompt), MatcherConstraint(cg.matcher())) for cg in compiled]
+    population = run(model, population, MaskedSampler(Constrained(), model.vocab), max_new_tokens=64)
+    results = [_as_result(model, seq) for seq in population]
     done = [(e, r) for e, r in zip(kept, results) if r.complete]
     print(f"\njsonschemabench: {len(compiled)}/30 compiled, {len(done)} completed within 64 tokens,"
           f" {sum(r.stats.forced_tokens for r in results)} forced tokens")
@@ -258,16 +268,28 @@ def test_jsonschemabench_completed_outputs_validate(model):
             assert result.value is None
 
 
+def _as_result(model, seq, parse: bool = True):
+    """The public fields of a loop sequence, parsed as JSON when complete and ``parse``."""
+    text = b"".join(model.vocab.token_bytes(t) for t in seq.tokens).decode("utf-8")
+    complete = seq.finish in ("eos", "grammar")
+    return gramgen.GenerationResult(text=text, value=json.loads(text) if complete and parse else None,
+                                    tokens=seq.tokens, logprob=seq.logprob,
+                                    finish_reason=seq.finish, complete=complete, stats=seq.stats)
+
+
 def test_rows_with_different_grammars_and_a_fully_forced_row(model):
-    """decode() takes one grammar per row; a row the grammar forces completely needs no
-    forward pass and must not disturb the others."""
+    """The loop takes one constraint per row; a row the grammar forces completely needs
+    no forward pass and must not disturb the others."""
     # one byte: exactly one token spells it (a longer literal has several tokenizations,
     # all allowed, so it is sampled, not forced)
     forced = gramgen.compile(gramgen.Grammar.from_regex(r"\{"), model.vocab)
     choice = gramgen.compile(gramgen.Grammar.from_regex("(red|green|blue)"), model.vocab)
-    prompts = [model.prompt_ids("Open a brace."), model.prompt_ids("A color?")]
-    rows = generation.decode(model, prompts, [forced, choice], max_new_tokens=5)
-    first, second = (generation.to_result(model, r, False, None) for r in rows)
+    population = [Sequence(model.prompt_ids("Open a brace."), MatcherConstraint(forced.matcher())),
+                  Sequence(model.prompt_ids("A color?"), MatcherConstraint(choice.matcher()))]
+    population = run(model, population, MaskedSampler(Constrained(), model.vocab), max_new_tokens=5)
+    first, second = population
+    assert first.finish == "grammar" and second.finish in ("grammar", "eos")
+    first, second = _as_result(model, first, False), _as_result(model, second, False)
     assert first.text == "{" and first.finish_reason == "grammar" and first.complete
     assert first.stats.forward_passes == 0 and first.stats.sampled_tokens == 0
     alone = gramgen.generate(model, "A color?", grammar=choice, max_new_tokens=5)
@@ -275,7 +297,7 @@ def test_rows_with_different_grammars_and_a_fully_forced_row(model):
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
-    from gramgen.integrations.model import cache_dir
+    from gramgen.hf import cache_dir
 
     monkeypatch.setenv("GRAMGEN_CACHE", str(tmp_path / "g"))
     assert cache_dir() == tmp_path / "g"
@@ -287,7 +309,7 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
 def test_local_folder_and_wrapped_models_behave_alike(model):
     """The converted cache entry is a plain Hugging Face folder: load_model reads it like any
     local model, and Model() wraps an already loaded one; both give the same greedy output."""
-    from gramgen.integrations.model import converted_folder
+    from gramgen.hf import converted_folder
 
     folder = converted_folder("smollm2")
     assert (folder / "config.json").is_file() and not list(folder.parent.glob(".smollm2-*"))
@@ -301,7 +323,7 @@ def test_local_folder_and_wrapped_models_behave_alike(model):
 
 @pytest.mark.parametrize("sampler", ["awrs", "smc", "asap"])
 def test_generate_with_the_correct_samplers(model, sampler):
-    """sampler= routes through gramgen.decoding.run_sampler; outputs stay in the language."""
+    """sampler= runs the same loop with another step; outputs stay in the language."""
     outs = gramgen.generate(model, ["Pick a digit:", "Another digit:"], regex=r"[0-9]{1,2}", chat=False,
                             sampler=sampler, seed=3, max_new_tokens=4,
                             num_particles=4 if sampler == "smc" else None)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from synthetic import binary_setup, enumerate_language, smollm2, smollm2_yes_no
 
-from gramgen import ASAp, GramgenError
-from gramgen.decoding import MatcherConstraint, run_sampler, smc
+import gramgen
+from gramgen import ASAp, ConfigurationError
+from gramgen.generation import SMC, MatcherConstraint, TransformersLM, smc
 
 
 def _z_hats(lm, cg, k, runs, seed0=0, twist=None, prompt=(0,), max_new_tokens=16):
@@ -87,30 +88,34 @@ def test_asap_twist_keeps_z_unbiased():
     assert np.abs(twisted - plain).max() > 1e-3 * z
 
 
-def test_run_sampler_smc_contract():
+def test_generate_smc_contract():
     vocab, cg, lm = binary_setup(seed=3)
-    a = run_sampler("smc", lm, cg, [0], max_new_tokens=16, seed=4, num_particles=12)
-    b = run_sampler("smc", lm, cg, [0], max_new_tokens=16, seed=4, num_particles=12)
+    a = gramgen.generate(lm, [0], grammar=cg, sampler="smc", max_new_tokens=16, seed=4, num_particles=12)
+    b = gramgen.generate(lm, [0], grammar=cg, sampler="smc", max_new_tokens=16, seed=4, num_particles=12)
     assert a.tokens == b.tokens and a.extras["log_ml"] == b.extras["log_ml"]
     assert a.finish_reason == "eos" and a.complete
     assert len(a.extras["particles"]) == 12
     chosen = [p for p in a.extras["particles"] if p["tokens"] == a.tokens]
     assert chosen and all(p["finished"] and p["log_weight"] > -math.inf for p in chosen)
     assert a.logprob == pytest.approx(chosen[0]["logprob"])
-    row_lp = sum(lm.next_logprobs([[0, *a.tokens[:i]]])[0][t] for i, t in enumerate(a.tokens))
+    drawn = a.tokens + [a.eos_token]
+    row_lp = sum(lm.next_logprobs([[0, *drawn[:i]]])[0][t] for i, t in enumerate(drawn))
     assert a.logprob == pytest.approx(row_lp)
     assert 0 < a.extras["constraint_evaluations"]
-    never = run_sampler("smc", lm, cg, [0], max_new_tokens=16, seed=4, num_particles=12,
-                        ess_threshold=0.0)
+    never = gramgen.generate(lm, [0], grammar=cg, max_new_tokens=16, seed=4,
+                             sampler=SMC(num_particles=12, ess_threshold=0.0))
     assert never.extras["resample_steps"] == []
     # a budget of one token leaves no room for a word and its EOS
-    short = run_sampler("smc", lm, cg, [0], max_new_tokens=1, seed=0, num_particles=4)
+    short = gramgen.generate(lm, [0], grammar=cg, sampler="smc", max_new_tokens=1, seed=0,
+                             num_particles=4)
     assert short.extras["log_ml"] == -math.inf and short.finish_reason == "max_new_tokens"
     m = cg.matcher()
     m.advance_many(short.tokens)
-    assert short.complete == m.is_accepting()
-    with pytest.raises(GramgenError):
-        run_sampler("smc", lm, cg, [0], max_new_tokens=4, seed=0, bogus=1)
+    assert not short.complete
+    with pytest.raises(ConfigurationError, match="resampling"):
+        SMC(resampling="bogus")
+    with pytest.raises(ConfigurationError, match="temperature 1"):
+        gramgen.generate(lm, [0], grammar=cg, sampler="smc", temperature=0.5)
 
 
 def test_smc_on_smollm2_estimates_exact_z():
@@ -127,20 +132,17 @@ def test_transformers_lm_cached_batches_match_fresh_forwards():
     """SMC scores particles in one batch, most extending a cached context: the batched,
     left-padded, KV-cache-reusing rows equal one fresh forward per context (float32 noise),
     and they are normalised log-probabilities over the whole vocabulary."""
-    from gramgen.decoding import TransformersLM
-
     lm, tok = smollm2()
     base = tok.encode("The capital of France is")
     other = tok.encode("Numbers: 1, 2, 3")
-    fresh_lm = TransformersLM(lm.model, lm.vocab, cache_size=0)
-    cached_lm = TransformersLM(lm.model, lm.vocab, cache_size=8)
+    cached_lm = TransformersLM(lm.hf_model, lm.vocab)
     cached_lm.next_logprobs([base, other])
     contexts = [base + tok.encode(" Paris"), other + tok.encode(", 4, 5"), base,
                 tok.encode("Hello")]
     rows = cached_lm.next_logprobs(contexts)
     assert cached_lm.tokens_run < sum(map(len, contexts)) + len(base) + len(other)
     for ctx, row in zip(contexts, rows):
-        ref = fresh_lm.next_logprobs([ctx])[0]
+        ref = TransformersLM(lm.hf_model, lm.vocab).next_logprobs([ctx])[0]
         assert row.shape == (lm.vocab.size,) and row.dtype == np.float64
         assert np.abs(np.exp(row) - np.exp(ref)).max() < 1e-4
         assert abs(np.logaddexp.reduce(row)) < 1e-9

@@ -1,20 +1,25 @@
-"""gramgen: exact, fast grammar-constrained generation for language models."""
+"""gramgen: exact, fast grammar-constrained generation for language models.
 
+The public surface (see the README): a :class:`Grammar` from any source, compiled against a
+:class:`Vocabulary` into a :class:`CompiledGrammar`, whose :class:`Matcher` masks the
+tokens of one sequence; :func:`generate` runs a model under it; :class:`LogitsProcessor`
+plugs it into transformers' own ``generate``.
+"""
+
+from .automata.bitmask import allocate_token_bitmask
 from .automata.vocabulary import Vocabulary
-from .decoding import ASAp
-from .errors import (CompileLimitError, GramgenError, GrammarError, SchemaError, TokenizerError,
-                     TokenRejected)
+from .errors import (CompileLimitError, ConfigurationError, GramgenError, GrammarError, SchemaError,
+                     TokenizerError, TokenRejected)
+from .generation import ASAp, GenerationResult, GenerationStats, generate
 from .grammar import Grammar
-from .integrations import GenerationResult, LogitsProcessor, Model, generate, load_model
-from .runtime import CompiledGrammar, Matcher, compile
-from .runtime.bitmask import allocate_token_bitmask
+from .hf import LogitsProcessor, Model, load_model
+from .runtime import CompiledGrammar, CompileOptions, Matcher, compile
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ASAp", "CompileLimitError", "CompiledGrammar", "GramgenError", "Grammar", "GrammarError",
-    "Matcher", "SchemaError", "TokenRejected", "TokenizerError", "Vocabulary",
-    "allocate_token_bitmask", "compile", "__version__",
+    "ASAp", "CompileLimitError", "CompileOptions", "CompiledGrammar", "ConfigurationError",
+    "GenerationResult", "GenerationStats", "GramgenError", "Grammar", "GrammarError",
+    "LogitsProcessor", "Matcher", "Model", "SchemaError", "TokenRejected", "TokenizerError",
+    "Vocabulary", "__version__", "allocate_token_bitmask", "compile", "generate", "load_model",
 ]
-# generation with Hugging Face models (issue 5)
-__all__ += ["GenerationResult", "LogitsProcessor", "Model", "generate", "load_model"]

@@ -14,12 +14,18 @@ With ``r1`` the mass rejected in round 1 and ``N`` the rejections of both rounds
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["AWRSStep", "WithoutReplacement", "awrs_step"]
+from ...automata.vocabulary import Vocabulary
+from ..constraint import known_mask
+from ..lm import never_ids, normalised_logprobs
+from ..loop import Choice, Sequence
+
+__all__ = ["AWRS", "AWRSSampler", "AWRSStep", "WithoutReplacement", "awrs_step"]
 
 
 @dataclass(frozen=True)
@@ -199,3 +205,50 @@ def _vectorised(p, top, rejected, allowed, rng, checked) -> AWRSStep:
     rest2, _ = _first_allowed(p, removed, allowed, rng)
     n_rej += rest2.shape[0]
     return AWRSStep(x, top + float(np.log(left)) - float(np.log(n_rej + 1)), evaluations, n_rej)
+
+
+# -- AWRS as a step of the generation loop ------------------------------------------------
+
+@dataclass(frozen=True)
+class AWRS:
+    """Adaptive weighted rejection sampling: each token an exact draw from the model's
+    distribution restricted to the allowed tokens (temperature 1), checking only the
+    tokens it draws; the sequence's importance weight is in ``extras["log_weight"]``."""
+
+
+class AWRSSampler:
+    """The step strategy of :class:`AWRS`: one :func:`awrs_step` per sequence on the model's
+    normalised log-probabilities; ``log_weight`` accumulates its weights."""
+
+    def __init__(self, vocab: Vocabulary, rng: np.random.Generator):
+        self.vocab = vocab
+        self.rng = rng
+        self.eos = frozenset(vocab.eos_token_ids)
+        self._never = never_ids(vocab)
+        self.rejections = 0
+
+    def prepare(self, seq: Sequence, max_new_tokens: int) -> None:
+        seq.needs_logits = True
+
+    def draw(self, seq: Sequence, logp: np.ndarray) -> AWRSStep:
+        c = seq.constraint
+        t0 = time.perf_counter()
+        step = awrs_step(logp, c.check, self.rng, getattr(c, "mask", None), known=known_mask(c))
+        seq.stats.mask_seconds += time.perf_counter() - t0
+        self.rejections += step.rejections
+        seq.state = (seq.state or 0) + step.rejections   # rejections of this sequence
+        return step
+
+    def choose(self, seqs: list[Sequence], logits) -> list[Choice]:
+        rows = normalised_logprobs(logits, self.vocab, self._never)
+        out = []
+        for seq, logp in zip(seqs, rows):
+            step = self.draw(seq, logp)
+            if step.token is None:
+                out.append(Choice(None, 0.0, -np.inf))
+            else:
+                out.append(Choice(step.token, float(logp[step.token]), step.log_weight))
+        return out
+
+    def after_step(self, population: list[Sequence], step: int) -> list[Sequence]:
+        return population

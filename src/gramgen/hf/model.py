@@ -12,12 +12,12 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ..automata.vocabulary import Vocabulary
-from ..errors import GramgenError
+from ..errors import ConfigurationError, GramgenError
+from ..generation.lm import TransformersLM
 
 __all__ = ["Model", "cache_dir", "converted_folder", "load_model"]
 
@@ -38,44 +38,28 @@ def cache_dir() -> Path:
     return Path(base) / "gramgen"
 
 
-class Model:
+class Model(TransformersLM):
     """A causal LM plus its tokenizer, ready for :func:`gramgen.generate`.
 
-    Public attributes (stable; the decoding algorithms build on them):
+    It is the :class:`~gramgen.generation.TransformersLM` every sampler runs on, with the
+    tokenizer and its chat template. Public attributes (stable):
 
     * ``hf_model``: the ``transformers`` model (in eval mode);
     * ``tokenizer``: its tokenizer;
-    * ``vocab``: the :class:`~gramgen.Vocabulary` (built on first use, then kept), whose EOS
-      ids include the chat template's end-of-turn token (e.g. ``<|im_end|>``) and the
-      generation config's EOS ids, because a chat model ends its answer with those;
+    * ``vocab``: the :class:`~gramgen.Vocabulary`, whose EOS ids include the chat
+      template's end-of-turn token (e.g. ``<|im_end|>``) and the generation config's EOS
+      ids, because a chat model ends its answer with those;
     * ``device``: the ``torch.device`` of the model's weights (CUDA when it is on a GPU).
     """
 
     def __init__(self, hf_model: Any, tokenizer: Any):
-        self.hf_model = hf_model
         self.tokenizer = tokenizer
-        hf_model.eval()
-
-    @property
-    def device(self):
-        """The device of the model's weights; inputs are put there."""
-        return next(self.hf_model.parameters()).device
-
-    @cached_property
-    def vocab(self) -> Vocabulary:
-        return Vocabulary.from_huggingface(self.tokenizer, self.extra_eos_token_ids())
+        self.hf_model = hf_model
+        super().__init__(hf_model, Vocabulary.from_huggingface(tokenizer, self.extra_eos_token_ids()))
 
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
-
-    @property
-    def vocab_width(self) -> int:
-        """Number of logits the model produces per position (may exceed ``vocab.size``)."""
-        head = self.hf_model.get_output_embeddings()
-        if head is not None and getattr(head, "weight", None) is not None:
-            return int(head.weight.shape[0])
-        return int(self.hf_model.config.vocab_size)
 
     def extra_eos_token_ids(self) -> list[int]:
         """EOS ids beyond ``tokenizer.eos_token_id``: the generation config's, and the
@@ -120,15 +104,6 @@ class Model:
             return list(tok(text, add_special_tokens=False)["input_ids"])
         return list(tok(prompt)["input_ids"])
 
-    def as_lm(self):
-        """This model as the :class:`gramgen.decoding.LanguageModel` the samplers use
-        (one per Model, so its KV-cache reuse carries across calls)."""
-        if getattr(self, "_lm", None) is None:
-            from ..decoding.lm import TransformersLM
-
-            self._lm = TransformersLM(self.hf_model, self.vocab)
-        return self._lm
-
     def __repr__(self) -> str:
         name = getattr(self.hf_model.config, "_name_or_path", "") or type(self.hf_model).__name__
         return f"Model({name!r}, device={self.device})"
@@ -142,7 +117,7 @@ def _torch_dtype(dtype: Any):
     if isinstance(dtype, str):
         found = getattr(torch, dtype.removeprefix("torch."), None)
         if not isinstance(found, torch.dtype):
-            raise GramgenError(f"unknown dtype {dtype!r} (try 'float32', 'bfloat16', 'float16')")
+            raise ConfigurationError(f"unknown dtype {dtype!r} (try 'float32', 'bfloat16', 'float16')")
         return found
     return dtype
 
@@ -219,7 +194,7 @@ def load_model(name_or_path: str | os.PathLike, device: Any = None, dtype: Any =
     else:
         folder = Path(name).expanduser()
         if not (folder / "config.json").is_file():
-            raise GramgenError(f"{name!r} is neither a known model name ({', '.join(KNOWN_GGUF)}) "
+            raise ConfigurationError(f"{name!r} is neither a known model name ({', '.join(KNOWN_GGUF)}) "
                                f"nor a local Hugging Face model folder (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     # transformers renamed torch_dtype= to dtype= in 4.56

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GramgenError
+from ..automata import bitmask as packed
+from ..errors import ConfigurationError, GramgenError
 from ..runtime import CompiledGrammar
-from ..runtime import bitmask as packed
 
 __all__ = ["LogitsProcessor"]
 
@@ -30,7 +30,7 @@ class LogitsProcessor:
 
     def __init__(self, compiled: CompiledGrammar):
         if not isinstance(compiled, CompiledGrammar):
-            raise GramgenError("LogitsProcessor takes a gramgen.CompiledGrammar "
+            raise ConfigurationError("LogitsProcessor takes a gramgen.CompiledGrammar "
                                "(gramgen.compile(grammar, vocab))")
         self.compiled = compiled
         self._eos = np.array(sorted(compiled.vocab.eos_token_ids), dtype=np.int64)
@@ -108,6 +108,4 @@ class LogitsProcessor:
                 raise GramgenError(f"row {r}: the grammar allows no token after "
                                    f"{m.text_bytes()[-40:]!r} with this vocabulary")
         self._bitmask.copy_(torch.from_numpy(host))
-        shifts = torch.arange(32, dtype=torch.int32, device=scores.device)
-        allowed = ((self._bitmask.unsqueeze(-1) >> shifts) & 1).reshape(batch, -1)[:, :width].bool()
-        return scores.masked_fill(~allowed, float("-inf"))
+        return packed.apply_bitmask(scores, self._bitmask)

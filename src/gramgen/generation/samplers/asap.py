@@ -21,16 +21,21 @@ to an ``.npz`` file (plain arrays, no pickle) and loaded to continue.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import GramgenError
-from .lm import LanguageModel
+from ...errors import ConfigurationError, GramgenError
+from ...grammar import Grammar
+from ...runtime import CompiledGrammar, compile as compile_grammar
+from ..constraint import MatcherConstraint
+from ..lm import LanguageModel, normalised_logprobs
+from ..loop import Choice, Sequence, run
 
-__all__ = ["ASAp", "ASApSample"]
+__all__ = ["ASAp", "ASApSample", "ASApSampling"]
 
 _FORMAT = "gramgen-asap-1"
 
@@ -88,18 +93,15 @@ class ASAp:
 
     def __init__(self, lm: LanguageModel, compiled, prompt_ids, *, max_new_tokens: int = 256,
                  seed: int | None = None):
-        from ..grammar.grammar import Grammar
-        from ..runtime.compiled import CompiledGrammar, compile as compile_grammar
-
         if isinstance(compiled, Grammar):
             compiled = compile_grammar(compiled, lm.vocab)
         if not isinstance(compiled, CompiledGrammar):
-            raise TypeError("ASAp needs a gramgen Grammar or CompiledGrammar")
+            raise ConfigurationError("ASAp needs a gramgen Grammar or CompiledGrammar")
         if compiled.vocab.size != lm.vocab.size:
-            raise GramgenError(f"the grammar was compiled for {compiled.vocab.size} tokens, "
-                               f"the model has {lm.vocab.size}")
-        if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
+            raise ConfigurationError(f"the grammar was compiled for {compiled.vocab.size} tokens, "
+                                     f"the model has {lm.vocab.size}")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ConfigurationError(f"max_new_tokens must be a positive int, not {max_new_tokens!r}")
         self.lm = lm
         self.compiled = compiled
         self.prompt_ids = [int(t) for t in prompt_ids]
@@ -110,6 +112,7 @@ class ASAp:
         self.samples_drawn = 0
         self.mask_evaluations = 0   # full masks computed (each = vocab.size checks)
         self.model_calls = 0
+        self._session = None         # one model session across samples: shared prefixes run once
 
     # -- the trie ----------------------------------------------------------------------
 
@@ -117,20 +120,15 @@ class ASAp:
     def num_nodes(self) -> int:
         return len(self._nodes)
 
-    def _expand(self, parent: int, token: int, prefix: list[int], matcher) -> int:
-        """Create the node for ``prefix`` (reached from ``parent`` by ``token``)."""
-        depth = len(prefix)
+    def _allowed(self, depth: int, matcher) -> np.ndarray:
+        """Sorted ids allowed after a prefix of ``depth`` tokens (only EOS at the budget)."""
         if depth + 1 >= self.max_new_tokens:
-            # only EOS still fits in the budget
-            allowed = np.array(sorted(t for t in self.eos if matcher.check(t)), dtype=np.int64)
-        else:
-            allowed = np.flatnonzero(matcher.mask()).astype(np.int64)
-            self.mask_evaluations += 1
-        if allowed.size:
-            logp = self.lm.next_logprobs([self.prompt_ids + prefix])[0][allowed]
-            self.model_calls += 1
-        else:
-            logp = np.zeros(0)
+            return np.array(sorted(t for t in self.eos if matcher.check(t)), dtype=np.int64)
+        self.mask_evaluations += 1
+        return np.flatnonzero(matcher.mask()).astype(np.int64)
+
+    def _add(self, parent: int, token: int, allowed: np.ndarray, logp: np.ndarray) -> int:
+        """Create the node reached from ``parent`` by ``token`` (``-1, -1``: the root)."""
         node = _Node(parent, token, allowed, np.asarray(logp, dtype=np.float64),
                      np.zeros(allowed.shape[0]))
         self._nodes.append(node)
@@ -146,39 +144,18 @@ class ASAp:
             parent.log_e[parent.position(node.token)] = node.log_bound()
 
     def sample(self, max_restarts: int = 1000) -> ASApSample:
-        """Draw one sample and refine the bounds along its path."""
+        """Draw one sample (one run of the generation loop; a dead end restarts it) and
+        refine the bounds along its path."""
+        if self._session is None:
+            self._session = self.lm.session()
         for _ in range(max_restarts):
-            matcher = self.compiled.matcher()
-            prefix: list[int] = []
-            new_nodes = 0
-            if not self._nodes:
-                self._expand(-1, -1, prefix, matcher)
-                new_nodes += 1
-            path = [0]
-            logprob = 0.0
-            while True:
-                node = self._nodes[path[-1]]
-                scores = node.logp + node.log_e
-                total = _logsumexp(scores)
-                if total == -np.inf:
-                    # a dead end (no allowed token has model mass): record it and restart
-                    break
-                probs = np.exp(scores - total)
-                j = int(self.rng.choice(probs.shape[0], p=probs / probs.sum()))
-                t = int(node.allowed[j])
-                logprob += float(node.logp[j])
-                prefix.append(t)
-                if t in self.eos:
-                    self._update(path)  # Ê(complete word) = 1 stays as it is
-                    self.samples_drawn += 1
-                    return ASApSample(prefix, logprob, new_nodes)
-                matcher.advance(t)
-                child = node.children.get(t)
-                if child is None:
-                    child = self._expand(path[-1], t, prefix, matcher)
-                    new_nodes += 1
-                path.append(child)
-            self._update(path)
+            step = _ASApStep(self)
+            seq = Sequence(list(self.prompt_ids), MatcherConstraint(self.compiled.matcher()))
+            run(self.lm, [seq], step, max_new_tokens=self.max_new_tokens, session=self._session)
+            self._update(step.path)
+            if seq.finish == "eos":
+                self.samples_drawn += 1
+                return ASApSample(seq.tokens + [seq.eos_token], seq.logprob, step.new_nodes)
             if self._nodes[0].log_bound() == -np.inf:
                 break
         raise GramgenError("no grammatical continuation of the prompt has positive model "
@@ -297,9 +274,72 @@ class ASAp:
         return self
 
 
-def _grammar_fingerprint(compiled) -> str:
-    import hashlib
+class _ASApStep:
+    """One ASAp sample as a step strategy of the generation loop: draws follow the trie's
+    adjusted distribution ``P(t|u)·Ê(ut)``; a prefix new to the trie becomes a node (its
+    mask, and the model's logits, which only new prefixes need)."""
 
+    def __init__(self, asap: ASAp):
+        self.asap = asap
+        self.path: list[int] = []   # node indices from the root
+        self.new_nodes = 0
+        self._allowed: np.ndarray | None = None   # of the prefix awaiting its node
+
+    def _node_here(self, seq: Sequence) -> int | None:
+        nodes = self.asap._nodes
+        if not self.path:
+            return 0 if nodes else None
+        return nodes[self.path[-1]].children.get(seq.tokens[-1])
+
+    def prepare(self, seq: Sequence, max_new_tokens: int) -> None:
+        node = self._node_here(seq)
+        if node is not None:
+            self.path.append(node)
+            seq.needs_logits = False
+            return
+        self._allowed = self.asap._allowed(len(seq.tokens), seq.constraint.matcher)
+        seq.needs_logits = self._allowed.size > 0
+
+    def choose(self, seqs: list[Sequence], logits) -> list[Choice]:
+        asap = self.asap
+        (seq,) = seqs
+        if self._allowed is not None:   # a new prefix: its node
+            allowed, self._allowed = self._allowed, None
+            logp = np.zeros(0)
+            if allowed.size:
+                logp = normalised_logprobs(logits, asap.lm.vocab)[0][allowed]
+                asap.model_calls += 1
+            parent = self.path[-1] if self.path else -1
+            self.path.append(asap._add(parent, seq.tokens[-1] if self.path else -1, allowed, logp))
+            self.new_nodes += 1
+        node = asap._nodes[self.path[-1]]
+        scores = node.logp + node.log_e
+        total = _logsumexp(scores)
+        if total == -np.inf:   # a dead end (no allowed token has model mass)
+            return [Choice(None)]
+        probs = np.exp(scores - total)
+        j = int(asap.rng.choice(probs.shape[0], p=probs / probs.sum()))
+        return [Choice(int(node.allowed[j]), float(node.logp[j]))]
+
+    def after_step(self, population: list[Sequence], step: int) -> list[Sequence]:
+        return population
+
+
+@dataclass(frozen=True)
+class ASApSampling:
+    """ASAp options for :func:`gramgen.generate`: ``trie`` to keep learning in (built for
+    the same prompt, grammar and ``max_new_tokens``; default a new one per prompt) and
+    ``warmup`` samples drawn to refine it before the one returned."""
+
+    trie: ASAp | None = None
+    warmup: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ConfigurationError(f"warmup must be a non-negative int, not {self.warmup!r}")
+
+
+def _grammar_fingerprint(compiled) -> str:
     ir = compiled.grammar.ir
     text = repr((ir.start, ir.rules, sorted(ir.lexemes.items()), ir.ignore))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -14,11 +14,13 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..automata import bitmask
 from ..automata.vocabulary import Vocabulary
-from ..errors import TokenRejected
+from ..errors import ConfigurationError, TokenRejected
+from ..runtime import CompiledGrammar, Matcher
 
 __all__ = ["Constraint", "EvaluationCounter", "MatcherConstraint", "PredicateConstraint",
-           "as_constraint", "known_mask"]
+           "as_constraint", "fill_bitmask", "known_mask"]
 
 
 class EvaluationCounter:
@@ -37,7 +39,8 @@ class Constraint(Protocol):
     ``check(t)`` is True iff the tokens so far followed by ``t`` can still end up
     accepted; for an EOS id it is True iff the tokens so far are complete. A constraint
     may also offer ``mask() -> bool[vocab.size]`` (all checks at once), which AWRS uses
-    when a step rejects many tokens.
+    when a step rejects many tokens and masked sampling needs at every step.
+    ``gramgen.testing.assert_consistent`` checks that a constraint keeps these promises.
     """
 
     counter: EvaluationCounter
@@ -62,6 +65,7 @@ class MatcherConstraint:
     def __init__(self, matcher, counter: EvaluationCounter | None = None,
                  _masks: dict | None = None):
         self.matcher = matcher
+        self.vocab_size = matcher.vocab_size
         self.counter = counter or EvaluationCounter()
         self._masks: dict[tuple[int, ...], np.ndarray] = {} if _masks is None else _masks
 
@@ -77,6 +81,12 @@ class MatcherConstraint:
         if len(self._masks) < 4096:
             self._masks[tuple(self.matcher.tokens)] = mask
         return mask
+
+    def fill_bitmask(self, out, row: int = 0) -> None:
+        """The mask packed into row ``row`` of an int32 ``[batch, ceil(V/32)]`` array
+        (what masked sampling uses); counted as ``vocab.size`` evaluations."""
+        self.matcher.fill_bitmask(out, row)
+        self.counter.count += self.vocab_size
 
     def known_mask(self):
         """The mask of this state if one was computed before (no evaluation), else None."""
@@ -159,21 +169,35 @@ class PredicateConstraint:
 
 def known_mask(constraint) -> np.ndarray | None:
     """The constraint's mask for its current state if it already has one (optional
-    ``known_mask()`` method), else None; see :func:`~gramgen.decoding.awrs.awrs_step`."""
+    ``known_mask()`` method), else None; see :func:`~gramgen.generation.awrs_step`."""
     method = getattr(constraint, "known_mask", None)
     return method() if method is not None else None
 
 
+def fill_bitmask(constraint, out, row: int = 0) -> None:
+    """Write ``constraint``'s full mask into row ``row`` of a packed int32 bitmask; raises
+    :class:`~gramgen.ConfigurationError` for a constraint that can only check one token."""
+    method = getattr(constraint, "fill_bitmask", None)
+    if method is not None:
+        method(out, row)
+        return
+    mask = getattr(constraint, "mask", None)
+    if mask is None:
+        raise ConfigurationError(f"masked sampling needs full masks, which a "
+                                 f"{type(constraint).__name__} cannot give: use sampler='awrs' "
+                                 "or 'smc' (they check one token at a time)")
+    words = bitmask.pack(np.asarray(mask(), dtype=bool))
+    out[row] = 0
+    out[row, :words.shape[0]] = words.view(np.int32)
+
+
 def as_constraint(obj) -> Constraint:
     """Wrap a Matcher or a CompiledGrammar (fresh matcher); pass a Constraint through."""
-    from ..runtime.compiled import CompiledGrammar
-    from ..runtime.matcher import Matcher
-
     if isinstance(obj, CompiledGrammar):
         return MatcherConstraint(obj.matcher())
     if isinstance(obj, Matcher):
         return MatcherConstraint(obj)
     if isinstance(obj, Constraint):
         return obj
-    raise TypeError(f"cannot use a {type(obj).__name__} as a constraint: it needs "
+    raise ConfigurationError(f"cannot use a {type(obj).__name__} as a constraint: it needs "
                     "check(token), advance(token), fork(), is_complete() and a counter")

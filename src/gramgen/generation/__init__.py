@@ -1,0 +1,24 @@
+"""Generation: one model adapter, one loop, samplers as strategies of its step, one result.
+
+Data flows one way: a constraint (:class:`~gramgen.CompiledGrammar` or any
+:class:`Constraint`) and a :class:`LanguageModel` go into :func:`loop.run` with a sampler;
+:func:`generate` is the thin function over it. See :mod:`.samplers` for which sampler to
+use and what each costs.
+"""
+
+from .api import Target, generate, target_for
+from .constraint import (Constraint, EvaluationCounter, MatcherConstraint, PredicateConstraint,
+                         as_constraint)
+from .lm import LanguageModel, Session, SyntheticLM, TransformersLM
+from .loop import Choice, Sequence, run
+from .result import FinishReason, GenerationResult, GenerationStats
+from .samplers import (AWRS, SAMPLERS, SMC, ASAp, ASApSample, ASApSampling, AWRSStep, Constrained,
+                       SamplerOptions, SMCResult, awrs_step, smc)
+
+__all__ = [
+    "ASAp", "ASApSample", "ASApSampling", "AWRS", "AWRSStep", "Choice", "Constrained", "Constraint",
+    "EvaluationCounter", "FinishReason", "GenerationResult", "GenerationStats", "LanguageModel",
+    "MatcherConstraint", "PredicateConstraint", "SAMPLERS", "SMC", "SMCResult", "SamplerOptions",
+    "Sequence", "Session", "SyntheticLM", "Target", "TransformersLM", "as_constraint", "awrs_step",
+    "generate", "run", "smc", "target_for",
+]

@@ -1,0 +1,10 @@
+"""Hugging Face ``transformers`` at the edge: loading models (:func:`load_model`) and a
+logits processor for transformers' own ``generate`` (:class:`LogitsProcessor`).
+
+This package imports the layers above it; nothing in them imports it.
+"""
+
+from .logits_processor import LogitsProcessor
+from .model import Model, cache_dir, converted_folder, load_model
+
+__all__ = ["LogitsProcessor", "Model", "cache_dir", "converted_folder", "load_model"]

@@ -1,0 +1,97 @@
+"""The one transformers adapter: a session's logits equal a fresh forward pass over each whole
+context, whatever the session kept from earlier calls (grown rows, dropped rows, copied rows,
+rollbacks, compaction), and it feeds only the tokens it has not seen."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import gramgen
+from gramgen.generation import TransformersLM
+from gramgen.generation.lm import KVSession, normalised_logprobs
+
+V = 64
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A randomly initialised two-layer Llama over 64 one-byte tokens (EOS last)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    model = LlamaForCausalLM(config).eval()
+    vocab = gramgen.Vocabulary([bytes([97 + i % 26]) for i in range(V - 1)] + [b""],
+                               eos_token_ids=[V - 1])
+    return TransformersLM(model, vocab)
+
+
+def fresh(lm, context, last=1):
+    with torch.inference_mode():
+        return lm.hf_model(input_ids=torch.tensor([context])).logits[0, -last:].float()
+
+
+def assert_fresh(lm, contexts, logits, last=1):
+    assert logits.shape == (len(contexts), last, V)
+    for ctx, row in zip(contexts, logits):
+        torch.testing.assert_close(row, fresh(lm, ctx, last), atol=1e-4, rtol=1e-4)
+
+
+def test_a_session_reuses_its_rows_and_equals_fresh_forwards(tiny):
+    rng = np.random.default_rng(0)
+    session = tiny.session()
+    a, b, c = ([int(t) for t in rng.integers(0, V - 1, n)] for n in (9, 5, 12))
+    steps = [
+        [a, b],                          # prefill, left-padded
+        [a + [1], b + [2, 3, 4]],        # grown by different amounts (jump-forward)
+        [b + [2, 3, 4, 5]],              # a row dropped (finished)
+        [b + [2, 3, 4, 5, 6]] * 2,       # a row copied (resampled particles)
+        [b + [2, 3, 4, 5, 6, 7], b + [2, 9]],   # one grows, one rolls back and branches
+        [c, b + [2]],                    # an unrelated context beside a rollback
+    ]
+    for contexts in steps:
+        before = tiny.tokens_run
+        logits = session.logits(contexts)
+        assert_fresh(tiny, contexts, logits)
+    # the last call fed all of c, and only the one token of b + [2] it had hidden
+    assert tiny.tokens_run - before == len(c) + 1
+
+
+def test_logits_of_the_last_k_positions(tiny):
+    """What speculative verification needs: one forward over several new tokens gives the
+    logits after each of them."""
+    session = tiny.session()
+    base = [3, 1, 4, 1, 5]
+    session.logits([base])
+    draft = base + [9, 2, 6]
+    assert_fresh(tiny, [draft], session.logits([draft], last=3), last=3)
+    # rejecting two drafted tokens: the session rolls back, the logits stay exact
+    assert_fresh(tiny, [draft[:-2] + [8]], session.logits([draft[:-2] + [8]], last=2), last=2)
+    with pytest.raises(gramgen.ConfigurationError):
+        session.logits([[1]], last=2)
+
+
+def test_compaction_keeps_the_logits(tiny, monkeypatch):
+    """Rollbacks leave hidden columns; once they fill more than half the cache it is
+    rebuilt with each row's own columns, and the logits do not change."""
+    monkeypatch.setattr(KVSession, "COMPACT_AFTER", 8)
+    session = tiny.session()
+    rng = np.random.default_rng(1)
+    base = [int(t) for t in rng.integers(0, V - 1, 6)]
+    compacted = False
+    for i in range(12):
+        contexts = [base + [i % 7, (i * 3) % 11], base + [5] * (i % 4 + 1)]
+        assert_fresh(tiny, contexts, session.logits(contexts))
+        compacted |= session._attention.shape[1] < len(base) + 2 * (i + 1)
+    assert compacted
+
+
+def test_next_logprobs_are_normalised_without_specials():
+    vocab = gramgen.Vocabulary([b"a", b"b", b""], eos_token_ids=[2], special_ids=[1])
+    rows = normalised_logprobs(torch.tensor([[0.0, 5.0, 1.0, 7.0]]), vocab)
+    assert rows.shape == (1, 3) and rows.dtype == np.float64
+    assert rows[0, 1] == -np.inf           # special, not EOS
+    assert abs(np.logaddexp.reduce(rows[0])) < 1e-12   # the extra column is dropped
