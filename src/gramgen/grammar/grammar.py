@@ -6,7 +6,11 @@ import os
 from pathlib import Path
 
 from ..errors import GrammarError
+from .gbnf import gbnf_to_ir
 from .ir import GrammarIR, Rule
+from .json_schema.compiler import json_schema_to_ir
+from .lark import lark_to_ir
+from .regex import parse_regex
 
 
 class Grammar:
@@ -30,22 +34,16 @@ class Grammar:
         """A grammar in Lark's EBNF, as lark accepts it (see README for the semantics).
 
         ``import_paths``: folders searched by ``%import`` of grammar files."""
-        from .lark import lark_to_ir
-
         return cls(lark_to_ir(text, start=start, source=source, import_paths=list(import_paths)))
 
     @classmethod
     def from_gbnf(cls, text: str, start: str = "root", *, source: str = "<gbnf>") -> "Grammar":
         """A grammar in llama.cpp's GBNF."""
-        from .gbnf import gbnf_to_ir
-
         return cls(gbnf_to_ir(text, start=start, source=source))
 
     @classmethod
     def from_regex(cls, pattern: str, flags: int = 0, *, source: str = "<regex>") -> "Grammar":
         """The strings that fully match a Python regular expression."""
-        from .regex import parse_regex
-
         rx = parse_regex(pattern, flags, source=source)
         ir = GrammarIR(rules=[Rule("start", ("REGEX",))], lexemes={"REGEX": rx},
                        start="start", source=source)
@@ -54,10 +52,6 @@ class Grammar:
     @classmethod
     def from_json_schema(cls, schema, **options) -> "Grammar":
         """A JSON Schema (dict, JSON text, file path or pydantic model class)."""
-        try:
-            from .json_schema import json_schema_to_ir
-        except ImportError as exc:  # pragma: no cover - until issue 4 lands
-            raise GrammarError("JSON Schema support is not available in this build") from exc
         return cls(json_schema_to_ir(schema, **options))
 
     @classmethod

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from ..errors import GramgenError, GrammarError
 from .ir import GrammarIR, Regex, Rule, literal
+from .regex import parse_regex
 from .simplify import split_nullable_lexemes
 
 __all__ = ["lark_to_ir"]
@@ -116,8 +117,6 @@ _KNOWN_LOOKAROUND_PATTERNS = {
 
 def _pattern_regex(term, text: str, source: str) -> Regex:
     from lark.lexer import PatternStr
-
-    from .regex import parse_regex
 
     pattern = term.pattern
     flags = "".join(sorted(pattern.flags))

@@ -17,11 +17,15 @@ import math
 from decimal import Decimal
 from typing import Any
 
+# the modules beside this one by their own names (``from .. import cpdfa`` would import
+# the package gramgen.grammar, whose Grammar imports this module)
+import gramgen.grammar.cpdfa as cpdfa
+import gramgen.grammar.json_schema.numbers as numbers
+import gramgen.grammar.json_schema.strings as strings
+
 from ...errors import CompileLimitError, GrammarError, SchemaError
-from .. import cpdfa
 from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
-from . import numbers, strings
 from .loader import Resolver, draft_of, read_schema
 
 try:  # enum/const values are checked against their sibling keywords (a dependency; imported

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
+# cpdfa by its own name: ``from .. import cpdfa`` would import the package gramgen.grammar
+import gramgen.grammar.cpdfa as cpdfa
+
 from ...errors import CompileLimitError
-from .. import cpdfa
 from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, literal
 from ..simplify import alt, seq
 from .strings import fixed_width_range

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import functools
 
+# cpdfa by its own name: ``from .. import cpdfa`` would import the package gramgen.grammar
+import gramgen.grammar.cpdfa as cpdfa
+
 from ...errors import GrammarError
-from .. import cpdfa
 from ..ir import EMPTY, MAX_CODEPOINT, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
 from ..regex import intersect_ranges as _intersect, parse_regex
 from ..simplify import alt, seq
