@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import GramgenError
+from .errors import GramgenError, SchemaError
+from .grammar.sources import read_schema
 
 DEFAULT_TEMPLATE = ("Extract the information in the document below as JSON.\n\n"
                     "Document:\n{document}")
@@ -132,14 +133,13 @@ class RecordWriter:
 
 # -- extract -------------------------------------------------------------------------------
 
-def _load_schema(path: str) -> dict:
+def _load_schema(path: str) -> dict | bool:
+    """The JSON Schema in the file ``path``, read by the reader of every schema argument
+    (:func:`gramgen.grammar.sources.read_schema`)."""
     try:
-        schema = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise GramgenError(f"cannot read the schema {path}: {exc}") from None
-    if not isinstance(schema, (dict, bool)):
-        raise GramgenError(f"{path} is not a JSON Schema (an object or a boolean)")
-    return schema
+        return read_schema(Path(path)).value
+    except SchemaError as exc:  # its message names the file; no JSON pointer to show
+        raise GramgenError(exc.message) from None
 
 
 def _validator(schema):

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Literal
 
-from ..errors import GrammarError
+from ..errors import ConfigurationError
 from .gbnf import gbnf_to_ir
 from .ir import GrammarIR, Rule
 from .json_schema.compiler import json_schema_to_ir
 from .lark import lark_to_ir
 from .regex import parse_regex
+from .sources import SchemaLike, grammar_format, read_grammar_file, read_schema
 
 
 class Grammar:
     """A set of byte strings, defined by a Lark / GBNF grammar, a regex or a JSON Schema.
 
-    Build one with the ``from_*`` constructors; compile it against a tokenizer's
-    vocabulary with :func:`gramgen.compile`.
+    Build one with the ``from_*`` constructors; compile it against a
+    tokenizer's vocabulary with :func:`gramgen.compile`.
     """
 
     def __init__(self, ir: GrammarIR):
@@ -30,19 +33,19 @@ class Grammar:
 
     @classmethod
     def from_lark(cls, text: str, start: str = "start", *, source: str = "<lark>",
-                  import_paths: tuple[str, ...] = ()) -> "Grammar":
+                  import_paths: tuple[str, ...] = ()) -> Grammar:
         """A grammar in Lark's EBNF, as lark accepts it (see README for the semantics).
 
         ``import_paths``: folders searched by ``%import`` of grammar files."""
         return cls(lark_to_ir(text, start=start, source=source, import_paths=list(import_paths)))
 
     @classmethod
-    def from_gbnf(cls, text: str, start: str = "root", *, source: str = "<gbnf>") -> "Grammar":
+    def from_gbnf(cls, text: str, start: str = "root", *, source: str = "<gbnf>") -> Grammar:
         """A grammar in llama.cpp's GBNF."""
         return cls(gbnf_to_ir(text, start=start, source=source))
 
     @classmethod
-    def from_regex(cls, pattern: str, flags: int = 0, *, source: str = "<regex>") -> "Grammar":
+    def from_regex(cls, pattern: str, flags: int = 0, *, source: str = "<regex>") -> Grammar:
         """The strings that fully match a Python regular expression."""
         rx = parse_regex(pattern, flags, source=source)
         ir = GrammarIR(rules=[Rule("start", ("REGEX",))], lexemes={"REGEX": rx},
@@ -50,21 +53,70 @@ class Grammar:
         return cls(ir)
 
     @classmethod
-    def from_json_schema(cls, schema, **options) -> "Grammar":
-        """A JSON Schema (dict, JSON text, file path or pydantic model class)."""
-        return cls(json_schema_to_ir(schema, **options))
+    def from_json_schema(cls, schema: SchemaLike, *,
+                         whitespace: Literal["compact", "flexible"] = "compact",
+                         max_whitespace: int = 20,
+                         property_order: Literal["schema", "any"] = "schema",
+                         strict: bool = False,
+                         refs: Mapping[str, Any] | None = None,
+                         draft: Literal[4, 6, 7, 2019, 2020] | None = None,
+                         lenient: bool = False,
+                         lenient_formats: bool = False,
+                         max_lexeme_nodes: int = 2000) -> Grammar:
+        """The JSON texts valid under a JSON Schema.
+
+        Parameters
+        ----------
+        schema
+            A dict or bool, JSON text (str or bytes), a path to a JSON file (str or
+            os.PathLike) or a pydantic model class; read by
+            :func:`gramgen.grammar.sources.read_schema`.
+        whitespace : {"compact", "flexible"}
+            "compact": no whitespace between tokens; "flexible": JSON whitespace between
+            tokens, at most ``max_whitespace`` characters per gap.
+        max_whitespace : int
+            The most whitespace characters in one gap (flexible whitespace), so that a
+            model cannot loop on spaces.
+        property_order : {"schema", "any"}
+            "schema": declared properties in the order of the schema; "any": in every
+            order (up to 8 per object).
+        strict : bool
+            True: an absent ``additionalProperties`` means false (the specification says true).
+        refs : mapping of str to schema, optional
+            Documents for remote ``$ref`` URIs; references are never fetched.
+        draft : {4, 6, 7, 2019, 2020}, optional
+            The draft to read the schema by; None: from ``$schema``, else 2020-12.
+        lenient : bool
+            True: relax what cannot be enforced exactly instead of raising; the relaxed
+            keywords are listed in ``grammar.ir.meta["relaxed"]``.
+        lenient_formats : bool
+            True: a ``format`` gramgen does not know is an annotation (any string), listed
+            in ``grammar.ir.meta["unknown_formats"]``; False: a SchemaError.
+        max_lexeme_nodes : int
+            The most regex nodes of a lexeme made by merging regular rules into one.
+
+        Raises :class:`~gramgen.SchemaError` for a schema that cannot be read or enforced,
+        :class:`~gramgen.errors.ConfigurationError` for a bad option value.
+        """
+        return cls(json_schema_to_ir(read_schema(schema).value, whitespace=whitespace,
+                                     max_whitespace=max_whitespace, property_order=property_order,
+                                     strict=strict, refs=refs, draft=draft, lenient=lenient,
+                                     lenient_formats=lenient_formats, max_lexeme_nodes=max_lexeme_nodes))
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, **options) -> "Grammar":
-        """Load by suffix: ``.lark``, ``.gbnf`` / ``.ebnf``, ``.json`` (a JSON Schema)."""
-        p = Path(path)
-        suffix = p.suffix.lower()
-        text = p.read_text(encoding="utf-8")
-        if suffix == ".lark":
-            return cls.from_lark(text, source=str(p), **options)
-        if suffix in (".gbnf", ".ebnf"):
-            return cls.from_gbnf(text, source=str(p), **options)
-        if suffix == ".json":
-            return cls.from_json_schema(text, **options)
-        raise GrammarError(f"unknown grammar file suffix {suffix!r} (expected .lark, .gbnf, .ebnf, .json)",
-                           source=str(p))
+    def from_file(cls, path: str | os.PathLike, *, start: str | None = None) -> Grammar:
+        """Load by suffix: ``.lark``, ``.gbnf`` / ``.ebnf``, ``.json`` (a JSON Schema, with
+        the defaults of :meth:`from_json_schema`; call that with the path for its options).
+
+        ``start``: the start rule (default ``start`` for Lark, ``root`` for GBNF; none for
+        a schema). A Lark file's relative ``%import`` resolves against its folder."""
+        kind = grammar_format(path)
+        source = os.fspath(path)
+        if kind == "json_schema":
+            if start is not None:
+                raise ConfigurationError("start= does not apply to a JSON Schema file")
+            return cls.from_json_schema(Path(path))
+        text = read_grammar_file(path)
+        if kind == "lark":
+            return cls.from_lark(text, start or "start", source=source)
+        return cls.from_gbnf(text, start or "root", source=source)

@@ -23,10 +23,11 @@ import gramgen.grammar.cpdfa as cpdfa
 import gramgen.grammar.json_schema.numbers as numbers
 import gramgen.grammar.json_schema.strings as strings
 
-from ...errors import CompileLimitError, GrammarError, SchemaError
+from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError
 from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
-from .loader import Resolver, draft_of, read_schema
+from ..sources import read_schema
+from .loader import DRAFTS, Resolver, draft_of
 
 try:  # enum/const values are checked against their sibling keywords (a dependency; imported
     # with the frontend so that its ~40 ms import is not paid by the first schema with an enum)
@@ -92,10 +93,13 @@ class SchemaCompiler:
                  refs: dict[str, Any] | None = None, draft: int | None = None,
                  property_order: str = "schema", max_lexeme_nodes: int = 2000):
         if whitespace not in ("compact", "flexible"):
-            raise SchemaError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}", "")
+            raise ConfigurationError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
         if property_order not in ("schema", "any"):
-            raise SchemaError(f"property_order must be 'schema' or 'any', not {property_order!r}", "")
-        schema = read_schema(schema)
+            raise ConfigurationError(f"property_order must be 'schema' or 'any', not {property_order!r}")
+        if draft is not None and draft not in DRAFTS.values():
+            raise ConfigurationError(f"draft must be one of {', '.join(map(str, DRAFTS.values()))} or None, "
+                                     f"not {draft!r}")
+        schema = read_schema(schema).value
         self.draft = draft or draft_of(schema)
         self.resolver = Resolver(schema, self.draft, refs)
         self.flexible = whitespace == "flexible"

@@ -1,4 +1,5 @@
-"""Reading a schema: input forms, the draft, and ``$ref`` resolution without network.
+"""The draft of a schema and ``$ref`` resolution without network (the input forms are
+read by :func:`gramgen.grammar.sources.read_schema`).
 
 Every ``$ref`` is rewritten to an absolute URI once, up front, so that schemas can later be
 merged (``allOf``) and compiled without remembering which base URI each piece came from.
@@ -7,9 +8,6 @@ Remote documents come only from the caller's ``refs`` mapping.
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
@@ -21,27 +19,6 @@ DRAFTS = {"draft-04": 4, "draft-06": 6, "draft-07": 7, "2019-09": 2019, "2020-12
 
 # keywords whose values are data, not subschemas: never searched for $id / $ref
 _DATA_KEYWORDS = {"enum", "const", "examples", "default"}
-
-
-def read_schema(schema: Any) -> Any:
-    """dict / bool / JSON text / path / pydantic model class -> a JSON schema value."""
-    if isinstance(schema, (dict, bool)):
-        return schema
-    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-        return schema.model_json_schema()
-    if isinstance(schema, os.PathLike) or (isinstance(schema, str) and not schema.lstrip().startswith(("{", "[", "t", "f"))
-                                           and Path(schema).suffix.lower() == ".json" and Path(schema).exists()):
-        schema = Path(schema).read_text(encoding="utf-8")
-    if isinstance(schema, (str, bytes)):
-        try:
-            value = json.loads(schema)
-        except json.JSONDecodeError as exc:
-            raise SchemaError(f"schema is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
-                              "") from None
-        if not isinstance(value, (dict, bool)):
-            raise SchemaError("a schema must be an object or a boolean", "")
-        return value
-    raise SchemaError(f"cannot read a schema from {type(schema).__name__}", "")
 
 
 def draft_of(schema: Any, default: int = 2020) -> int:

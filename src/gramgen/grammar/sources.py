@@ -1,0 +1,144 @@
+"""Reading grammar sources: the one reader of a JSON Schema argument, and grammar files
+by suffix.
+
+Every gramgen entry point that takes a schema (``Grammar.from_json_schema``,
+``generate(schema=...)``, the ``gramgen`` command) reads it with :func:`read_schema`, so
+the accepted forms and the errors are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from ..errors import GrammarError, SchemaError
+
+@dataclass(frozen=True)
+class SchemaSource:
+    """A schema argument, read.
+
+    ``value``: the JSON Schema (a dict or a bool); ``model``: the pydantic model class it
+    came from, or None; :attr:`key`: its canonical JSON text, a cache key.
+    """
+
+    value: dict | bool
+    model: type | None = None
+
+    @cached_property
+    def key(self) -> str:
+        """``json.dumps(value, sort_keys=True)``: equal schemas, equal keys. Raises
+        SchemaError when the value is not JSON data (a set, an object, a non-string key)."""
+        try:
+            return json.dumps(self.value, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"the schema is not JSON data: {exc}") from None
+
+
+#: what :func:`read_schema` accepts (see there)
+SchemaLike = Union[dict, bool, str, bytes, os.PathLike, type, SchemaSource]
+
+
+def read_schema(schema: SchemaLike) -> SchemaSource:
+    """Read a schema given in any of the forms gramgen accepts:
+
+    - a dict or a bool: the schema itself (not copied);
+    - a pydantic model class (anything with ``model_json_schema()``): its JSON Schema;
+    - JSON text, as ``str`` or ``bytes``;
+    - a path to a file of JSON text: an ``os.PathLike``, or a ``str`` that does not look
+      like JSON text (which starts with ``{`` or ``[``, or is ``true`` / ``false``);
+    - a :class:`SchemaSource`, returned as it is.
+
+    Raises :class:`~gramgen.SchemaError` for anything else, with what went wrong: JSON
+    text that does not parse (with line and column), JSON that is neither an object nor
+    a boolean, a ``str`` that is neither JSON text nor an existing file, a file that
+    cannot be read, a class that is not a pydantic model, an argument of another type.
+    """
+    if isinstance(schema, SchemaSource):
+        return schema
+    if isinstance(schema, (dict, bool)):
+        return SchemaSource(schema)
+    if isinstance(schema, type):
+        dump = getattr(schema, "model_json_schema", None)
+        if not callable(dump):
+            raise SchemaError(f"{schema.__qualname__} is a class but not a pydantic model "
+                              "(no model_json_schema())")
+        return SchemaSource(_checked(dump(), f"{schema.__qualname__}.model_json_schema()"), schema)
+    if isinstance(schema, os.PathLike):
+        return SchemaSource(_parse(_read_file(Path(schema)), f"schema file {os.fspath(schema)}"))
+    if isinstance(schema, bytes):
+        return SchemaSource(_parse(schema, "schema"))
+    if isinstance(schema, str):
+        if _looks_like_json(schema):
+            return SchemaSource(_parse(schema, "schema"))
+        if _is_file(schema):
+            return SchemaSource(_parse(_read_file(Path(schema)), f"schema file {schema}"))
+        shown = schema if len(schema) <= 80 else schema[:77] + "..."
+        raise SchemaError(f"schema {shown!r} is neither JSON text nor an existing file")
+    raise SchemaError(f"cannot read a schema from {type(schema).__name__}: expected a dict, a bool, "
+                      "JSON text (str or bytes), a path or a pydantic model class")
+
+
+def _looks_like_json(text: str) -> bool:
+    stripped = text.strip()
+    return stripped.startswith(("{", "[")) or stripped in ("true", "false")
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
+
+
+def _read_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"cannot read the schema file {path}: {exc}") from None
+
+
+def _parse(text: str | bytes, what: str) -> dict | bool:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except UnicodeDecodeError as exc:  # bytes that are no UTF-8/16/32
+        raise SchemaError(f"{what} is not valid JSON: {exc}") from None
+    return _checked(value, what)
+
+
+def _checked(value: Any, what: str) -> dict | bool:
+    if not isinstance(value, (dict, bool)):
+        raise SchemaError(f"{what} is {type(value).__name__} JSON: a schema must be an object or a boolean")
+    return value
+
+
+# -- grammar files ---------------------------------------------------------------------------
+
+GrammarFormat = Literal["lark", "gbnf", "json_schema"]
+
+#: file suffix -> the format of its grammar
+SUFFIXES: dict[str, GrammarFormat] = {".lark": "lark", ".gbnf": "gbnf", ".ebnf": "gbnf", ".json": "json_schema"}
+
+
+def grammar_format(path: str | os.PathLike) -> GrammarFormat:
+    """The format of a grammar file by its suffix (see :data:`SUFFIXES`); GrammarError
+    for another suffix."""
+    suffix = Path(path).suffix.lower()
+    found = SUFFIXES.get(suffix)
+    if found is None:
+        raise GrammarError(f"unknown grammar file suffix {suffix!r} (expected {', '.join(SUFFIXES)})",
+                           source=os.fspath(path))
+    return found
+
+
+def read_grammar_file(path: str | os.PathLike) -> str:
+    """The text of a grammar file (UTF-8); GrammarError naming the file when it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GrammarError(f"cannot read the grammar file: {exc}", source=os.fspath(path)) from exc

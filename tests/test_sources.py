@@ -1,0 +1,174 @@
+"""``gramgen.grammar.sources``: the one reader of a schema argument (each input form and
+each error), and grammar files by suffix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import gramgen
+from gramgen.errors import ConfigurationError, GrammarError, SchemaError
+from gramgen.grammar.sources import SchemaSource, read_schema
+
+SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}
+KEY = json.dumps(SCHEMA, sort_keys=True)
+
+
+# ------------------------------------------------------------------ input forms
+
+def test_dict_is_taken_as_it_is():
+    read = read_schema(SCHEMA)
+    assert read.value is SCHEMA and read.model is None and read.key == KEY
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_bool(value):
+    read = read_schema(value)
+    assert read.value is value and read.key == json.dumps(value)
+
+
+def test_json_text_str_and_bytes():
+    text = "\n  " + json.dumps(SCHEMA, indent=2)
+    assert read_schema(text).value == SCHEMA
+    assert read_schema(text.encode()).value == SCHEMA
+    assert read_schema("true").value is True and read_schema(b" false ").value is False
+
+
+def test_key_is_canonical():
+    """Equal schemas written differently have one key; different schemas differ."""
+    reordered = {"properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "type": "object"}
+    assert read_schema(reordered).key == read_schema(json.dumps(SCHEMA, indent=4)).key == KEY
+    assert read_schema({"type": "string"}).key != KEY
+
+
+def test_path_forms(tmp_path, monkeypatch):
+    path = tmp_path / "person.schema.json"
+    path.write_text(json.dumps(SCHEMA), encoding="utf-8")
+    assert read_schema(path).value == SCHEMA                       # os.PathLike
+    assert read_schema(str(path)).value == SCHEMA                  # str naming a file
+    other = tmp_path / "schema.txt"                                # any suffix
+    other.write_text("true", encoding="utf-8")
+    assert read_schema(str(other)).value is True
+    monkeypatch.chdir(tmp_path)
+    assert read_schema("person.schema.json").value == SCHEMA      # relative to the cwd
+
+
+def test_pydantic_model_class():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Person(pydantic.BaseModel):
+        name: str
+        age: int
+
+    read = read_schema(Person)
+    assert read.model is Person and read.value == Person.model_json_schema()
+    assert read.key == json.dumps(Person.model_json_schema(), sort_keys=True)
+
+
+def test_a_schema_source_passes_through():
+    read = read_schema(SCHEMA)
+    assert read_schema(read) is read
+
+
+def test_from_json_schema_reads_every_form(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(SCHEMA), encoding="utf-8")
+    rules = {len(gramgen.Grammar.from_json_schema(form).ir.rules)
+             for form in (SCHEMA, json.dumps(SCHEMA), json.dumps(SCHEMA).encode(), path, str(path), read_schema(SCHEMA))}
+    assert len(rules) == 1
+    assert gramgen.Grammar.from_file(path).ir.rules == gramgen.Grammar.from_json_schema(SCHEMA).ir.rules
+
+
+# ------------------------------------------------------------------ errors
+
+def test_malformed_json_gives_line_and_column():
+    with pytest.raises(SchemaError, match=r"not valid JSON: .*\(line 3, column 5\)"):
+        read_schema('{\n  "type": "object",\n    oops\n}')
+    with pytest.raises(SchemaError, match=r"not valid JSON: .*\(line 1, column 2\)"):
+        read_schema(b"{,}")
+
+
+def test_malformed_json_file_names_the_file(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"type": }', encoding="utf-8")
+    with pytest.raises(SchemaError, match=r"broken\.json is not valid JSON: .*line 1, column 10"):
+        read_schema(path)
+    with pytest.raises(SchemaError, match=r"broken\.json is not valid JSON"):
+        read_schema(str(path))
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "[]"])
+def test_json_that_is_no_object_or_bool(text):
+    with pytest.raises(SchemaError, match="must be an object or a boolean"):
+        read_schema(text)
+
+
+def test_str_that_is_neither_json_nor_a_file(tmp_path):
+    missing = str(tmp_path / "missing.json")
+    with pytest.raises(SchemaError, match="neither JSON text nor an existing file") as info:
+        read_schema(missing)
+    assert "missing.json" in str(info.value)
+    with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
+        read_schema("type: object")
+    with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
+        read_schema("x" * 5000)  # too long a name for the file system: not a file either
+    with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
+        read_schema(str(tmp_path))  # a folder is no file
+
+
+def test_missing_path_object(tmp_path):
+    with pytest.raises(SchemaError, match="cannot read the schema file .*missing.json"):
+        read_schema(tmp_path / "missing.json")
+
+
+def test_class_that_is_not_a_pydantic_model():
+    class Person:
+        name: str
+
+    with pytest.raises(SchemaError, match="Person is a class but not a pydantic model"):
+        read_schema(Person)
+
+
+@pytest.mark.parametrize("value", [42, None, ["type", "object"], 1.5])
+def test_other_types(value):
+    with pytest.raises(SchemaError, match=f"cannot read a schema from {type(value).__name__}"):
+        read_schema(value)  # type: ignore[arg-type]
+
+
+def test_key_of_a_value_that_is_no_json_data():
+    with pytest.raises(SchemaError, match="not JSON data"):
+        SchemaSource({"enum": [{1, 2}]}).key
+
+
+def test_schema_errors_reach_from_json_schema(tmp_path):
+    with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
+        gramgen.Grammar.from_json_schema(str(tmp_path / "nope.json"))
+    with pytest.raises(SchemaError, match=r"line 1, column 2"):
+        gramgen.Grammar.from_json_schema("{oops")
+
+
+def test_bad_schema_options_are_configuration_errors():
+    for options in ({"whitespace": "loose"}, {"property_order": "sorted"}, {"draft": 5}):
+        with pytest.raises(ConfigurationError, match=next(iter(options))):
+            gramgen.Grammar.from_json_schema(SCHEMA, **options)
+    with pytest.raises(TypeError):
+        gramgen.Grammar.from_json_schema(SCHEMA, white_space="flexible")  # type: ignore[call-arg]
+
+
+# ------------------------------------------------------------------ grammar files
+
+def test_grammar_files_by_suffix(tmp_path):
+    lark = tmp_path / "g.lark"
+    lark.write_text('start: "a"+\n', encoding="utf-8")
+    gbnf = tmp_path / "g.gbnf"
+    gbnf.write_text('top ::= "b"+\n', encoding="utf-8")
+    assert gramgen.Grammar.from_file(lark).ir.source == str(lark)
+    assert gramgen.Grammar.from_file(str(gbnf), start="top").ir.start == "top"
+    with pytest.raises(GrammarError, match="unknown grammar file suffix '.txt'"):
+        gramgen.Grammar.from_file(tmp_path / "g.txt")
+    with pytest.raises(GrammarError, match="cannot read the grammar file"):
+        gramgen.Grammar.from_file(tmp_path / "missing.lark")
+    with pytest.raises(ConfigurationError, match="start"):
+        gramgen.Grammar.from_file(tmp_path / "s.json", start="root")
