@@ -39,7 +39,7 @@ import numpy as np
 
 from . import report
 from .adapters import ADAPTERS
-from .workloads import FULL, QUICK, REPO, SHARED, WORKLOADS, load
+from .workloads import BUILTIN_GRAMMARS, FULL, QUICK, REPO, SHARED, WORKLOADS, load
 
 ALL_LIBS = ["gramgen", "xgrammar", "llguidance", "outlines-core", "transformers-cfg"]
 #: in quick mode these workloads run with the first tokenizer only (--all-tokenizers: all)
@@ -695,8 +695,8 @@ def _parse_args(argv):
     ap.add_argument("--text-budget", type=float, default=None,
                     help="seconds per text before the walk stops and the text counts as "
                     "truncated (default 2 quick, 60 full); the worker is killed 20/120 s later")
-    ap.add_argument("--json-grammar", default=str(REPO / "grammars" / "json.lark"))
-    ap.add_argument("--python-grammar", default=str(REPO / "grammars" / "python.lark"))
+    ap.add_argument("--json-grammar", default=str(BUILTIN_GRAMMARS / "json.lark"))
+    ap.add_argument("--python-grammar", default=str(BUILTIN_GRAMMARS / "python.lark"))
     ap.add_argument("--python-texts", default=str(REPO / "tests" / "data" / "python"))
     ap.add_argument("--llg-json", choices=["auto", "lark", "builtin"], default="auto",
                     help="llguidance's JSON grammar: the same Lark file as gramgen, its builtin "

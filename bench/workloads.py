@@ -1,8 +1,8 @@
 """Workloads: cases (a grammar or schema) plus the texts walked through each case.
 
-json        grammars/json.lark (gramgen; peers may use their builtin JSON grammar) + `valid`
+json        src/gramgen/grammars/json.lark (gramgen; peers may use their builtin JSON grammar) + `valid`
             JSONSchemaBench instances (top-level object/array, `json.dumps` default separators)
-python      grammars/python.lark + tests/data/python/*.py
+python      src/gramgen/grammars/python.lark + tests/data/python/*.py
 jsonschema  JSONSchemaBench dev split (../shared/data/jsonschemabench/<category>/dev.jsonl):
             every library compiles each schema and walks its valid and invalid instances,
             serialized compactly with object keys in schema declaration order (see
@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: the grammars shipped inside the package (Grammar.builtin)
+BUILTIN_GRAMMARS = REPO / "src" / "gramgen" / "grammars"
 SHARED = REPO.parent / "shared"
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -424,7 +426,7 @@ def load_lark(sizes: Sizes) -> Workload:
         "syncode/go.lark": _file_texts([DATA / "lark" / "go.go"], mx),
         "syncode/java.lark": _file_texts([DATA / "lark" / "java.java"], mx),
         "lark-1.3.1/python.lark": py,
-        "lark-1.3.1/lark.lark": _file_texts([REPO / "grammars" / "json.lark"], None),
+        "lark-1.3.1/lark.lark": _file_texts([BUILTIN_GRAMMARS / "json.lark"], None),
     }
     cases = []
     for p in _files(base, "*/*.lark"):

@@ -1,17 +1,15 @@
-"""Text-to-SQL constrained by a Lark grammar (grammars/sql.lark): every output parses.
+"""Text-to-SQL constrained by the Lark grammar shipped as ``Grammar.builtin("sql")``: every output parses.
 
     python examples/sql_lark.py
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import lark
 
 import gramgen
+from gramgen.grammar.sources import builtin_grammar_text
 
-SQL = Path(__file__).resolve().parents[1] / "grammars" / "sql.lark"
 QUESTIONS = [
     "Table users(id, name, age). Write one SQL query for the names of users older than 30.",
     "Table employees(id, name, salary). Write one SQL query for the average salary.",
@@ -20,8 +18,8 @@ QUESTIONS = [
 
 def main() -> None:
     model = gramgen.load_model("smollm2")
-    grammar = gramgen.Grammar.from_file(SQL)
-    parser = lark.Lark(SQL.read_text(), parser="earley")
+    grammar = gramgen.Grammar.builtin("sql")
+    parser = lark.Lark(builtin_grammar_text("sql"), parser="earley")
     for question in QUESTIONS:
         out = gramgen.generate(model, question, grammar=grammar, max_new_tokens=48)
         print(question)

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import gramgen
-from conftest import ROOT
 from gramgen.automata.earley import LocalSignatures
 from gramgen.automata.lexer_automaton import LexerAutomaton
 from gramgen.automata.token_table import TokenTable
@@ -18,9 +17,9 @@ from gramgen.automata import bitmask
 from textgen import WordSampler
 
 GRAMMARS = {
-    "json": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "json.lark"),
-    "sql": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "sql.lark"),
-    "python": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "python.lark"),
+    "json": lambda: gramgen.Grammar.builtin("json"),
+    "sql": lambda: gramgen.Grammar.builtin("sql"),
+    "python": lambda: gramgen.Grammar.builtin("python"),
     "overlapping": lambda: gramgen.Grammar.from_lark(
         'start: (NAME | KW | NUM)+\nNAME: /[a-z]+/\nKW: "if" | "iff"\nNUM: /[0-9]*/\n%ignore " "'),
 }
@@ -56,7 +55,7 @@ def test_hopeless_exit_tokens_are_dropped():
     vocab = gramgen.Vocabulary(tokens, eos_token_ids=[len(tokens) - 1])
     expected = {True: {b" true", b' "a', b" }"}, False: {b" the", b" true", b' "a', b" }", b" 1x"}}
     for precompute in (True, False):
-        cg = gramgen.compile(gramgen.Grammar.from_file(ROOT / "grammars" / "json.lark"), vocab, precompute=precompute)
+        cg = gramgen.compile(gramgen.Grammar.builtin("json"), vocab, precompute=precompute)
         ws = cg.tables.lexeme_names.index("%ignore WS")
         found = cg.lexeme_tokens(ws, 0)
         tt = cg.token_table

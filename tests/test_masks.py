@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gramgen
-from conftest import ROOT, SCALE, SHARED, TOKENIZER_NAMES, hf_tokenizer, vocabulary
+from conftest import SCALE, SHARED, TOKENIZER_NAMES, hf_tokenizer, vocabulary
 from reference import ReferenceGrammar, brute_force_mask
 
 from gramgen.automata.token_table import token_table_for
@@ -34,9 +34,9 @@ def _random_regex(rng: random.Random, depth: int = 0) -> str:
 
 
 GRAMMAR_SOURCES = {
-    "json.lark": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "json.lark"),
-    "python.lark": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "python.lark"),
-    "sql.lark": lambda: gramgen.Grammar.from_file(ROOT / "grammars" / "sql.lark"),
+    "json.lark": lambda: gramgen.Grammar.builtin("json"),
+    "python.lark": lambda: gramgen.Grammar.builtin("python"),
+    "sql.lark": lambda: gramgen.Grammar.builtin("sql"),
     "json.gbnf": lambda: gramgen.Grammar.from_file(SHARED / "data/gbnf/llama.cpp/json.gbnf"),
     "arithmetic.gbnf": lambda: gramgen.Grammar.from_file(SHARED / "data/gbnf/llama.cpp/arithmetic.gbnf"),
     # long strings are counted in 64-character blocks by rules: two lexemes (a full block, or

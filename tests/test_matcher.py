@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gramgen
-from conftest import ROOT, hf_tokenizer, vocabulary
+from conftest import hf_tokenizer, vocabulary
 from gramgen.automata.bitmask import n_words, unpack
 from textgen import WordSampler, tokenize
 
@@ -66,7 +66,7 @@ def test_finite_lark_grammar_enumeration():
 
 @pytest.fixture(scope="module")
 def json_cg():
-    return gramgen.compile(gramgen.Grammar.from_file(ROOT / "grammars" / "json.lark"), vocabulary("gpt2"))
+    return gramgen.compile(gramgen.Grammar.builtin("json"), vocabulary("gpt2"))
 
 
 TEXT = '{"name": "Zoë 日本😀", "tags": [1, -2.5e3, true, null], "nested": {"a": []}}'

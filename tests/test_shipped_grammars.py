@@ -1,4 +1,4 @@
-"""The grammars shipped in grammars/ accept their sample texts and reject invalid ones.
+"""The grammars shipped with gramgen (``Grammar.builtin``) accept their sample texts and reject invalid ones.
 
 Everything here is checked with lark itself (Earley + dynamic lexer), which is
 the reference for what a shipped grammar means.  Where a second opinion exists
@@ -20,8 +20,8 @@ import pytest
 from lark import Lark
 from lark.exceptions import UnexpectedInput
 
-ROOT = Path(__file__).resolve().parents[1]
-GRAMMARS = ROOT / "grammars"
+from gramgen.grammar.sources import builtin_grammar_text
+
 DATA = Path(__file__).resolve().parent / "data"
 
 JSON_FILES = sorted((DATA / "json").glob("*.json"))
@@ -31,7 +31,7 @@ SQL_FILES = sorted((DATA / "sql").glob("*.sql"))
 
 @functools.lru_cache(maxsize=None)
 def parser(name: str) -> Lark:
-    text = (GRAMMARS / f"{name}.lark").read_text(encoding="utf-8")
+    text = builtin_grammar_text(name)
     return Lark(text, parser="earley", lexer="dynamic")
 
 

@@ -1,5 +1,5 @@
 """``gramgen.grammar.sources``: the one reader of a schema argument (each input form and
-each error), and grammar files by suffix."""
+each error), grammar files by suffix, and the grammars shipped inside the package."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 import gramgen
 from gramgen.errors import ConfigurationError, GrammarError, SchemaError
+from gramgen.grammar import builtin_grammars
 from gramgen.grammar.sources import SchemaSource, read_schema
 
 SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}
@@ -172,3 +173,35 @@ def test_grammar_files_by_suffix(tmp_path):
         gramgen.Grammar.from_file(tmp_path / "missing.lark")
     with pytest.raises(ConfigurationError, match="start"):
         gramgen.Grammar.from_file(tmp_path / "s.json", start="root")
+
+
+# ------------------------------------------------------------------ shipped grammars
+
+def test_builtin_names():
+    assert builtin_grammars() == ("json", "python", "sql")
+
+
+@pytest.mark.parametrize("name", ["json", "python", "sql"])
+def test_each_builtin_loads(name):
+    g = gramgen.Grammar.builtin(name)
+    assert isinstance(g, gramgen.Grammar) and g.ir.rules and g.ir.lexemes
+    assert name in g.ir.source
+
+
+def test_builtin_json_is_json():
+    vocab = gramgen.Vocabulary([bytes([b]) for b in range(256)] + [b""], eos_token_ids=[256])
+    m = gramgen.compile(gramgen.Grammar.builtin("json"), vocab).matcher()
+    for b in b'{"a": [1, 2.5e3, null]}':
+        m.advance(b)
+    assert m.is_accepting()
+
+
+def test_builtins_are_package_data():
+    """The grammars lie inside the package (installed with it), not beside the repository."""
+    folder = Path(gramgen.__file__).parent / "grammars"
+    assert sorted(p.stem for p in folder.glob("*.lark")) == list(builtin_grammars())
+
+
+def test_unknown_builtin_lists_the_names():
+    with pytest.raises(ConfigurationError, match="no builtin grammar 'yaml'.*json, python, sql"):
+        gramgen.Grammar.builtin("yaml")

@@ -2,6 +2,6 @@
 
 from .grammar import Grammar
 from .ir import GrammarIR, Rule
-from .sources import SchemaSource, read_schema
+from .sources import SchemaSource, builtin_grammars, read_schema
 
-__all__ = ["Grammar", "GrammarIR", "Rule", "SchemaSource", "read_schema"]
+__all__ = ["Grammar", "GrammarIR", "Rule", "SchemaSource", "builtin_grammars", "read_schema"]

@@ -13,13 +13,13 @@ from .ir import GrammarIR, Rule
 from .json_schema.compiler import json_schema_to_ir
 from .lark import lark_to_ir
 from .regex import parse_regex
-from .sources import SchemaLike, grammar_format, read_grammar_file, read_schema
+from .sources import SchemaLike, builtin_grammar_text, grammar_format, read_grammar_file, read_schema
 
 
 class Grammar:
     """A set of byte strings, defined by a Lark / GBNF grammar, a regex or a JSON Schema.
 
-    Build one with the ``from_*`` constructors; compile it against a
+    Build one with the ``from_*`` constructors or :meth:`builtin`; compile it against a
     tokenizer's vocabulary with :func:`gramgen.compile`.
     """
 
@@ -120,3 +120,11 @@ class Grammar:
         if kind == "lark":
             return cls.from_lark(text, start or "start", source=source)
         return cls.from_gbnf(text, start or "root", source=source)
+
+    @classmethod
+    def builtin(cls, name: str) -> Grammar:
+        """A grammar shipped with gramgen, by name (:func:`gramgen.grammar.builtin_grammars`):
+        ``json`` (RFC 8259), ``python`` (a large Python 3 subset), ``sql`` (SELECT queries).
+
+        Raises :class:`~gramgen.errors.ConfigurationError` listing the names for another."""
+        return cls.from_lark(builtin_grammar_text(name), source=f"<builtin {name}.lark>")

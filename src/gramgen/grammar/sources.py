@@ -1,5 +1,5 @@
-"""Reading grammar sources: the one reader of a JSON Schema argument, and grammar files
-by suffix.
+"""Reading grammar sources: the one reader of a JSON Schema argument, grammar files by
+suffix, and the grammars shipped inside the package (``gramgen/grammars/*.lark``).
 
 Every gramgen entry point that takes a schema (``Grammar.from_json_schema``,
 ``generate(schema=...)``, the ``gramgen`` command) reads it with :func:`read_schema`, so
@@ -12,10 +12,11 @@ import json
 import os
 from dataclasses import dataclass
 from functools import cached_property
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from ..errors import GrammarError, SchemaError
+from ..errors import ConfigurationError, GrammarError, SchemaError
 
 @dataclass(frozen=True)
 class SchemaSource:
@@ -142,3 +143,28 @@ def read_grammar_file(path: str | os.PathLike) -> str:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise GrammarError(f"cannot read the grammar file: {exc}", source=os.fspath(path)) from exc
+
+
+# -- grammars shipped in the package ---------------------------------------------------------
+
+def _builtin_dir():
+    """The folder of the shipped grammars (package data of ``gramgen``)."""
+    return resources.files("gramgen").joinpath("grammars")
+
+
+def builtin_grammars() -> tuple[str, ...]:
+    """The names of the grammars shipped with gramgen, for :meth:`Grammar.builtin`
+    (``json``: RFC 8259 JSON; ``python``: a large Python 3 subset; ``sql``: SELECT queries)."""
+    folder = _builtin_dir()
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted(p.name[:-len(".lark")] for p in folder.iterdir() if p.name.endswith(".lark")))
+
+
+def builtin_grammar_text(name: str) -> str:
+    """The Lark text of the shipped grammar ``name``; ConfigurationError listing the
+    known names for another."""
+    known = builtin_grammars()
+    if name not in known:
+        raise ConfigurationError(f"no builtin grammar {name!r}: the builtin grammars are {', '.join(known)}")
+    return _builtin_dir().joinpath(f"{name}.lark").read_text(encoding="utf-8")
