@@ -163,6 +163,9 @@ def test_generate_asap_reuses_a_trie():
     with pytest.raises(GramgenError):
         gramgen.generate(lm, [0, 1], grammar=cg, max_new_tokens=16, seed=0,
                          sampler=ASApSampling(trie=asap))
+    with pytest.raises(GramgenError, match="max_new_tokens"):   # another budget, another target
+        gramgen.generate(lm, [0], grammar=cg, max_new_tokens=8, seed=0,
+                         sampler=ASApSampling(trie=asap))
 
 
 def test_budget_too_small_raises():

@@ -13,8 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import GramgenError, SchemaError
+from .automata.vocabulary import Vocabulary
+from .errors import GramgenError, SchemaError, TokenRejected
+from .generation import generate
+from .grammar import Grammar
 from .grammar.sources import read_schema
+from .hf import load_model
+from .runtime import compile as compile_grammar
 
 DEFAULT_TEMPLATE = ("Extract the information in the document below as JSON.\n\n"
                     "Document:\n{document}")
@@ -180,9 +185,6 @@ def _outcome(doc: Document, result, validator) -> dict:
 def cmd_extract(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .grammar import Grammar
-    from .integrations import generate, load_model
-
     schema = _load_schema(args.schema)
     validator = _validator(schema)
     template = _template(args.prompt_template)
@@ -231,8 +233,6 @@ def cmd_extract(args: argparse.Namespace) -> int:
 def _run_batch(model, docs: list[Document], template: str, validator, options):
     """(document, record) for each document; a batch that fails is retried one by one so
     that one bad document only costs its own record."""
-    from .integrations import generate
-
     if not docs:
         return []
     prompts = [template.replace("{document}", d.text) for d in docs]
@@ -249,15 +249,11 @@ def _run_batch(model, docs: list[Document], template: str, validator, options):
 
 def _byte_vocabulary():
     """256 one-byte tokens and an EOS: lets a matcher check any text without a tokenizer."""
-    from .automata.vocabulary import Vocabulary
-
     return Vocabulary([bytes([b]) for b in range(256)] + [b""], eos_token_ids=[256], kind="bytes")
 
 
 def grammar_verdict(compiled, text: str) -> str | None:
     """None when the grammar accepts ``text``, else why not."""
-    from .errors import TokenRejected
-
     matcher = compiled.matcher()
     data = text.encode("utf-8")
     for i, b in enumerate(data):
@@ -269,9 +265,6 @@ def grammar_verdict(compiled, text: str) -> str | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .grammar import Grammar
-    from .runtime import compile as compile_grammar
-
     schema = _load_schema(args.schema) if args.schema else None
     validator = _validator(schema) if schema is not None else None
     if args.grammar:

@@ -241,8 +241,10 @@ def _asap(model, prompt, target: Target, options: ASApSampling, max_new_tokens: 
     asap = options.trie
     if asap is None:
         asap = ASAp(model, target.compiled, prompt, max_new_tokens=max_new_tokens, seed=seed)
-    elif asap.prompt_ids != prompt or not asap.same_grammar(target.compiled):
-        raise ConfigurationError("the ASAp trie passed was built for another prompt or grammar")
+    elif (asap.prompt_ids != prompt or asap.max_new_tokens != max_new_tokens
+          or not asap.same_grammar(target.compiled)):
+        raise ConfigurationError("the ASAp trie passed was built for another prompt, grammar or "
+                                 "max_new_tokens")
     masks_before = asap.mask_evaluations
     for _ in range(options.warmup):
         asap.sample()
