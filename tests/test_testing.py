@@ -3,7 +3,6 @@ planted fault (a lying check, a shared fork, a flipped mask bit, ...)."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import re
 
@@ -13,12 +12,7 @@ import pytest
 import gramgen
 from gramgen.testing import accepts, assert_consistent, assert_masks_exact, brute_force_mask
 from reference import ReferenceGrammar, brute_force_mask as reference_mask
-
-
-def vocab_of(pieces: list[str]) -> gramgen.Vocabulary:
-    """Tokens spelled by ``pieces``, then one special id, then EOS (the last id)."""
-    tokens = [p.encode() for p in pieces] + [b"", b""]
-    return gramgen.Vocabulary(tokens, eos_token_ids=[len(pieces) + 1], special_ids=[len(pieces)])
+from synthetic import small_vocab as vocab_of
 
 
 BINARY_PIECES = ["0", "1", "00", "11", "01", "2", "a", " "]
@@ -194,14 +188,8 @@ def test_assert_masks_exact_checks_shape():
 # -- assert_consistent ---------------------------------------------------------------------
 
 def library_constraints():
-    """The module with the library's MatcherConstraint / PredicateConstraint (moving from
-    gramgen.decoding to gramgen.generation)."""
-    for name in ("gramgen.generation.constraint", "gramgen.decoding.constraint"):
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError:
-            continue
-    pytest.fail("no gramgen.generation.constraint nor gramgen.decoding.constraint")
+    """The module with the library's MatcherConstraint / PredicateConstraint."""
+    return gramgen.generation.constraint
 
 
 class Counter:
