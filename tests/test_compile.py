@@ -78,3 +78,16 @@ def test_max_dfa_states_is_applied():
     with pytest.raises(gramgen.CompileLimitError, match="max_states=20"):
         gramgen.compile(gramgen.Grammar.from_regex("[ab]*a[ab]{6}"), VOCAB, max_dfa_states=20)
     gramgen.compile(gramgen.Grammar.from_regex("[ab]*a[ab]{6}"), VOCAB, max_dfa_states=1_000)
+
+
+def test_mask_cache_size_bounds_the_masks_kept():
+    vocab = gramgen.Vocabulary([bytes([b]) for b in range(256)] + [b""], eos_token_ids=[256])
+    g = gramgen.Grammar.builtin("json")
+    small = gramgen.compile(g, vocab, mask_cache_size=3)
+    large = gramgen.compile(g, vocab)
+    m1, m2 = small.matcher(), large.matcher()
+    for b in b'{"key": [1, 2.5, "text"], "b": null}':
+        assert (m1.mask() == m2.mask()).all()
+        m1.advance(b)
+        m2.advance(b)
+    assert len(small.mask_cache) == 3 and len(large.mask_cache) > 3

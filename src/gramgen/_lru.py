@@ -1,9 +1,13 @@
-"""A bounded, thread-safe least-recently-used map, for the automata that compiles share.
+"""Bounded, thread-safe least-recently-used maps.
 
-Equal regexes give equal automata, and automata are immutable, so a compile may reuse
-what an earlier one built (the same bounded string under many properties of a schema,
-the same format across schemas). What bounds the map is the total size of its values,
-not their number: one large automaton can weigh as much as thousands of small ones.
+:class:`SizedLRU`, for the automata that compiles share: equal regexes give equal
+automata, and automata are immutable, so a compile may reuse what an earlier one built
+(the same bounded string under many properties of a schema, the same format across
+schemas). What bounds it is the total size of its values, not their number: one large
+automaton can weigh as much as thousands of small ones.
+
+:class:`LRU`, bounded by the number of entries: the per-grammar caches of masks and exit
+walks, whose values are all alike.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 _ALL: "weakref.WeakSet[SizedLRU]" = weakref.WeakSet()
@@ -71,3 +76,56 @@ class SizedLRU(Generic[V]):
     def values(self) -> list[V]:
         with self._lock:
             return list(self._items.values())
+
+
+class LRU(Generic[K, V]):
+    """At most ``maxsize`` entries (0: none), the least recently used out first.
+
+    Values must not be None (None stands for absent). :meth:`put` takes a lock; the
+    lookups take none, for the mask path: each is one or two operations of the C
+    ``OrderedDict``, atomic under the GIL, and a key another thread evicts between the
+    lookup and the reordering is simply not made recent.
+    """
+
+    __slots__ = ("maxsize", "_items", "_lock")
+
+    def __init__(self, maxsize: int):
+        if maxsize < 0:
+            raise ValueError(f"maxsize must be at least 0, not {maxsize}")
+        self.maxsize = maxsize
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key``, now the most recently used, or None."""
+        found = self._items.get(key)
+        if found is not None:
+            try:
+                self._items.move_to_end(key)
+            except KeyError:  # evicted by another thread meanwhile
+                pass
+        return found
+
+    def peek(self, key: K) -> V | None:
+        """The value of ``key`` or None, leaving the order as it is (a cache read this
+        way keeps its entries in the order they were put: first in, first out)."""
+        return self._items.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        """Store ``value`` (a key already present keeps its place in the order), then
+        drop the least recently used entries beyond ``maxsize``."""
+        with self._lock:
+            items = self._items
+            items[key] = value
+            while len(items) > self.maxsize:
+                items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 
 import numpy as np
 
+from .._lru import LRU
 from ..automata import bitmask
 from ..automata.bitmask import set_bits
 from ..automata.dfa import canonical_form, compile_regexes, probe_bytes
@@ -90,13 +91,14 @@ class CompiledGrammar:
         #: dense states by what each byte leads to (dead / alive / accepting): candidates
         #: for reuse across lexemes beyond the last classified (see :meth:`_classify`)
         self._by_ahead: dict[bytes, deque] = {}
-        self._mask_cache: OrderedDict = OrderedDict()
+        #: parser-state signature -> its packed mask (read and written by the matchers)
+        self.mask_cache: LRU = LRU(options.mask_cache_size)
         #: parser context of a position inside lexemes -> its recent (lexeme states, mask)
-        self._inside_masks: OrderedDict = OrderedDict()
+        self._inside_masks: LRU = LRU(max(16, options.mask_cache_size // (2 * max(1, self.INSIDE_NEIGHBORS))))
         self._agreement: dict = {}  # (lexeme, state, lexeme, state) -> agreement depth
         self._probes: dict = {}  # (lexeme, lexeme) -> the bytes their agreement tries
-        self._exit_cache: OrderedDict = OrderedDict()
-        self._mask_cache_size = options.mask_cache_size
+        #: exit walks per horizon (see Matcher._exit_words), first in first out
+        self._exit_cache: LRU = LRU(options.mask_cache_size)
         #: context-free parts of exit walks (lexeme passes, in-lexeme jumps), keyed by
         #: lexeme states, tokens and depth (see Matcher._walk_exits)
         self.pass_cache: dict = {}
@@ -257,21 +259,18 @@ class CompiledGrammar:
         context: the same lexemes, started where the chart has equal signatures. Such a
         position's future differs only through the lexeme states (see
         ``Matcher._neighbour_words``)."""
-        found = self._inside_masks.get(context)
+        found = self._inside_masks.peek(context)
         return tuple(found) if found else ()
 
     def store_inside_mask(self, context, states: tuple, words: np.ndarray) -> None:
         if not self.INSIDE_NEIGHBORS:
             return
         with self._lock:
-            found = self._inside_masks.get(context)
+            found = self._inside_masks.get(context)  # now the most recent
             if found is None:
-                found = self._inside_masks[context] = deque(maxlen=self.INSIDE_NEIGHBORS)
                 # the masks are those of the mask cache (the same arrays) while it holds them
-                while len(self._inside_masks) > max(16, self._mask_cache_size // (2 * self.INSIDE_NEIGHBORS)):
-                    self._inside_masks.popitem(last=False)
-            else:
-                self._inside_masks.move_to_end(context)
+                found = deque(maxlen=self.INSIDE_NEIGHBORS)
+                self._inside_masks.put(context, found)
             if all(st != states for st, _ in found):
                 found.appendleft((states, words))
 
@@ -309,34 +308,16 @@ class CompiledGrammar:
         keep[ranks[alive]] = True
         return LexemeTokens(inside=found.inside, exits=bitmask.pack(keep), n_exits=int(alive.sum()))
 
-    def cached_mask(self, sig):
-        words = self._mask_cache.get(sig)
-        if words is not None:
-            try:
-                self._mask_cache.move_to_end(sig)
-            except KeyError:  # evicted by another thread meanwhile
-                pass
-        return words
-
-    def store_mask(self, sig, words: np.ndarray) -> None:
-        with self._lock:
-            self._mask_cache[sig] = words
-            while len(self._mask_cache) > self._mask_cache_size:
-                self._mask_cache.popitem(last=False)
-
     def store_pass(self, key, value) -> None:
         if len(self.pass_cache) >= 200_000:
             self.pass_cache = {}  # readers holding the old dict still read correct values
         self.pass_cache[key] = value
 
     def cached_exits(self, key):
-        return self._exit_cache.get(key)
+        return self._exit_cache.peek(key)  # (a hit does not make the entry recent)
 
     def store_exits(self, key, words: np.ndarray) -> None:
-        with self._lock:
-            self._exit_cache[key] = words
-            while len(self._exit_cache) > self._mask_cache_size:
-                self._exit_cache.popitem(last=False)
+        self._exit_cache.put(key, words)
 
     def intern(self) -> Interner:
         return self._intern

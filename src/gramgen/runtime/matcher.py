@@ -91,7 +91,7 @@ class Matcher:
         cg = self._cg
         if token_id in cg.vocab.eos_token_ids:
             return self.is_accepting()
-        words = cg.cached_mask(self._chart[-1].sig)
+        words = cg.mask_cache.get(self._chart[-1].sig)
         if words is not None:
             return bool((int(words[token_id >> 5]) >> (token_id & 31)) & 1)
         data = self._token_bytes(token_id)
@@ -237,10 +237,10 @@ class Matcher:
         if self._terminated:
             return np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         cur = self._chart[-1]
-        words = cg.cached_mask(cur.sig)
+        words = cg.mask_cache.get(cur.sig)
         if words is None:
             words = self._compute_words(cur)
-            cg.store_mask(cur.sig, words)
+            cg.mask_cache.put(cur.sig, words)
         return words
 
     def _compute_words(self, cur) -> np.ndarray:
