@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._lru import SizedLRU
+from .._lru import LRU
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError
 from ..grammar import Grammar
@@ -51,7 +51,7 @@ class Target:
         return self.constraint.fork()
 
 
-_compiled_by_text: SizedLRU[CompiledGrammar] = SizedLRU(64, lambda _: 1)   # 64 compiles
+_compiled_by_text: LRU[tuple, CompiledGrammar] = LRU(64)
 _compiled_by_grammar: "weakref.WeakKeyDictionary[Grammar, dict[str, CompiledGrammar]]" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
