@@ -34,7 +34,8 @@ def test_json_text_str_and_bytes():
     text = "\n  " + json.dumps(SCHEMA, indent=2)
     assert read_schema(text).value == SCHEMA
     assert read_schema(text.encode()).value == SCHEMA
-    assert read_schema("true").value is True and read_schema(b" false ").value is False
+    assert read_schema("true").value is True and read_schema(" false\n").value is False
+    assert read_schema(b" false ").value is False
 
 
 def test_key_is_canonical():
