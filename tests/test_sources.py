@@ -112,6 +112,9 @@ def test_str_that_is_neither_json_nor_a_file(tmp_path):
     with pytest.raises(SchemaError, match="neither JSON text nor an existing file") as info:
         read_schema(missing)
     assert "missing.json" in str(info.value)
+    deep = str(tmp_path.joinpath(*["folder"] * 30, "missing.json"))  # a long path: its end is kept
+    with pytest.raises(SchemaError, match=r"missing\.json' is neither JSON text"):
+        read_schema(deep)
     with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
         read_schema("type: object")
     with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):

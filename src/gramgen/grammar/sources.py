@@ -77,7 +77,7 @@ def read_schema(schema: SchemaLike) -> SchemaSource:
             return SchemaSource(_parse(schema, "schema"))
         if _is_file(schema):
             return SchemaSource(_parse(_read_file(Path(schema)), f"schema file {schema}"))
-        shown = schema if len(schema) <= 80 else schema[:77] + "..."
+        shown = schema if len(schema) <= 200 else f"{schema[:120]}...{schema[-60:]}"  # a path's end names the file
         raise SchemaError(f"schema {shown!r} is neither JSON text nor an existing file")
     raise SchemaError(f"cannot read a schema from {type(schema).__name__}: expected a dict, a bool, "
                       "JSON text (str or bytes), a path or a pydantic model class")
