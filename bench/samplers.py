@@ -389,7 +389,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     model = gramgen.load_model("smollm2", device="cpu")
     tok = model.tokenizer
-    lm = TransformersLM(model.hf_model, gramgen.Vocabulary.from_huggingface(tok))
+    lm = TransformersLM(model.hf_model, gramgen.Vocabulary.from_huggingface(tok), memo_size=400)
     tasks = []
     for task in TASKS:
         print(f"task {task['name']}", flush=True)

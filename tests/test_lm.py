@@ -17,7 +17,8 @@ V = 64
 
 @pytest.fixture(scope="module")
 def tiny():
-    """A randomly initialised two-layer Llama over 64 one-byte tokens (EOS last)."""
+    """A randomly initialised two-layer Llama over 64 one-byte tokens (EOS last), with
+    no memo of earlier logits."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -26,7 +27,7 @@ def tiny():
     model = LlamaForCausalLM(config).eval()
     vocab = gramgen.Vocabulary([bytes([97 + i % 26]) for i in range(V - 1)] + [b""],
                                eos_token_ids=[V - 1])
-    return TransformersLM(model, vocab)
+    return TransformersLM(model, vocab, memo_size=0)   # every call runs the session's cache
 
 
 def fresh(lm, context, last=1):
@@ -95,3 +96,24 @@ def test_next_logprobs_are_normalised_without_specials():
     assert rows.shape == (1, 3) and rows.dtype == np.float64
     assert rows[0, 1] == -np.inf           # special, not EOS
     assert abs(np.logaddexp.reduce(rows[0])) < 1e-12   # the extra column is dropped
+
+
+def test_the_memo_serves_contexts_scored_before(tiny):
+    """Sampling the same prompt again reaches contexts scored before: their logits come
+    from the model's memo, with no forward pass, in a new session too; a miss runs the
+    model and is exact."""
+    a, b = [5, 6, 7], [5, 6, 8, 9]
+    tiny = TransformersLM(tiny.hf_model, tiny.vocab)
+    first = tiny.session()
+    first.logits([a, b])
+    before = tiny.forward_passes
+    again = tiny.session()
+    logits = again.logits([b, a])
+    assert not again.forwarded and tiny.forward_passes == before
+    assert_fresh(tiny, [b, a], logits)
+    logits = again.logits([a + [1], b])   # one miss: the model runs for the batch
+    assert again.forwarded and tiny.forward_passes == before + 1
+    assert_fresh(tiny, [a + [1], b], logits)
+    off = TransformersLM(tiny.hf_model, tiny.vocab, memo_size=0).session()
+    off.logits([a])
+    assert off.forwarded and off.logits([a]) is not None and off.forwarded

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._lru import LRU
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError
 
@@ -133,6 +134,8 @@ class SyntheticLM(_NextLogprobs):
 
 
 class _SyntheticSession:
+    forwarded = True
+
     def __init__(self, lm: SyntheticLM):
         self.lm = lm
 
@@ -163,15 +166,20 @@ class TransformersLM(_NextLogprobs):
     """A Hugging Face causal LM. :meth:`forward` is the only place gramgen runs one.
 
     ``forward_passes`` and ``tokens_run`` count the forward passes made and the tokens fed
-    to them (padding not counted). Logits stay on the model's device.
+    to them (padding not counted). Logits stay on the model's device. The logits of the
+    last ``memo_size`` contexts scored are kept (:attr:`memo`).
     """
 
-    def __init__(self, hf_model: Any, vocab: Vocabulary):
+    def __init__(self, hf_model: Any, vocab: Vocabulary, *, memo_size: int = 64):
         self.hf_model = hf_model
         self.vocab = vocab
         hf_model.eval()
         self.forward_passes = 0
         self.tokens_run = 0
+        #: context -> the logits after it, shared by this model's sessions: sampling the
+        #: same prompt again (AWRS runs, SMC particles, repeated samples) reaches contexts
+        #: scored before, which then need no forward pass; ``memo_size=0`` keeps none
+        self.memo: LRU[tuple[int, ...], Any] = LRU(memo_size)
         self._shared: KVSession | None = None
         params = _forward_parameters(hf_model)
         #: transformers 5 renamed ``past_key_values`` to ``cache``
@@ -238,6 +246,8 @@ class KVSession:
 
     def __init__(self, lm: TransformersLM):
         self.lm = lm
+        #: whether the last call ran the model (False: every context was in the memo)
+        self.forwarded = False
         self._keys: list[tuple[int, ...]] = []
         self._columns: list[list[int]] = []   # per row: the cache column of each token
         self._cache = None
@@ -254,6 +264,13 @@ class KVSession:
         if last < 1 or any(len(k) < last for k in keys):
             raise ConfigurationError(f"logits for the last {last} positions need contexts of "
                                      f"at least {max(last, 1)} tokens")
+        memo = self.lm.memo
+        if last == 1 and memo.maxsize:
+            found = [memo.get(k) for k in keys]
+            if all(row is not None for row in found):
+                self.forwarded = False
+                return torch.stack(found)[:, None, :]
+        self.forwarded = True
         device = self.lm.device
         with torch.inference_mode():
             parents, shared = self._match(keys, last)
@@ -279,6 +296,9 @@ class KVSession:
             self._keys, self._columns, self._cache, self._attention = keys, columns, cache, attention
             if attention.shape[1] >= self.COMPACT_AFTER and 2 * max(map(len, columns)) < attention.shape[1]:
                 self._compact()
+            if memo.maxsize:
+                for key, row in zip(keys, logits[:, -1]):
+                    memo.put(key, row.clone())   # not a view: the batch may be large
         return logits
 
     def _match(self, keys, last: int) -> tuple[list[int], list[int]]:

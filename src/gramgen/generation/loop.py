@@ -145,8 +145,9 @@ def _score(session, live: list[Sequence]):
     index: dict[tuple[int, ...], int] = {}
     rows = [index.setdefault(tuple(s.context()), len(index)) for s in live]
     logits = session.logits(list(index))[:, -1]
-    for seq in live:
-        seq.stats.forward_passes += 1
+    if session.forwarded:
+        for seq in live:
+            seq.stats.forward_passes += 1
     if rows != list(range(len(live))):
         import torch
 
