@@ -116,7 +116,10 @@ class SchemaCompiler:
         self.rules: list[Rule] = []
         self.lexemes: dict[str, Regex] = {}
         self._lex_ids: dict[int, str] = {}
-        self._memo: dict[int, str | None] = {}
+        #: id(node) -> (node, its nonterminal or None): each entry holds its node, so that
+        #: the id cannot be reused by another object while the entry exists (nodes made
+        #: while compiling, such as the variants of an object, die after their value())
+        self._memo: dict[int, tuple[Any, str | None]] = {}
         self._pieces: dict[tuple, str] = {}
         self._keep: list[Any] = []  # merged schemas stay alive so their ids stay unique
         self._n = 0
@@ -221,18 +224,19 @@ class SchemaCompiler:
     def value(self, node: Any) -> str | None:
         """Nonterminal for the instances valid under ``node`` (None: none are)."""
         key = id(node)
-        if key in self._memo:
-            return self._memo[key]
+        found = self._memo.get(key)
+        if found is not None:
+            return found[1]
         if isinstance(node, dict) and "$ref" in node and not any(k in node for k in KNOWN_UNSUPPORTED) and (
                 self.draft <= 7 or not _asserts({k: v for k, v in node.items() if k != "$ref"})):
             name = self.fresh("v")
-            self._memo[key] = name  # a cycle of bare references derives nothing
+            self._memo[key] = (node, name)  # a cycle of bare references derives nothing
             target = self.resolver.resolve(node["$ref"], self.resolver.pointer(node) + "/$ref")
             sym = self.value(target)
-            self._memo[key] = sym
+            self._memo[key] = (node, sym)
             return sym
         name = self.fresh("v")
-        self._memo[key] = name  # recursion through $ref refers back to this name
+        self._memo[key] = (node, name)  # recursion through $ref refers back to this name
         try:
             alternatives = self._alternatives(node)
         except CompileLimitError as exc:
@@ -241,7 +245,7 @@ class SchemaCompiler:
             # the innermost subschema that went over a budget names where
             raise CompileLimitError(exc.message, self.resolver.pointer(node)) from None
         if not alternatives:
-            self._memo[key] = None
+            self._memo[key] = (node, None)
             return None
         for rhs in alternatives:
             self.rule(name, rhs)
@@ -325,7 +329,7 @@ class SchemaCompiler:
         self._merge_objects(normalized, merged, where)
         self._merge_arrays(normalized, merged, where)
         self._keep.append(merged)
-        self.resolver.pointers[id(merged)] = self.resolver.pointer(where)
+        self.resolver.pointers[id(merged)] = (merged, self.resolver.pointer(where))
         return merged
 
     def _merge_objects(self, parts: list[dict], merged: dict, where: Any) -> None:

@@ -51,7 +51,9 @@ class Resolver:
         self.draft = draft
         self.documents: dict[str, Any] = {}    # absolute URI without fragment -> schema
         self.anchors: dict[str, Any] = {}      # absolute URI with #anchor -> schema
-        self.pointers: dict[int, str] = {}     # id(node) -> JSON pointer in its document
+        #: id(node) -> (node, its JSON pointer in its document); holding the node keeps the
+        #: id from being reused by another object while the entry exists
+        self.pointers: dict[int, tuple[Any, str]] = {}
         self.root = self._absolutize(root, ROOT_URI, "", top=True)
         for uri, doc in (refs or {}).items():
             base, _ = urldefrag(uri)
@@ -91,7 +93,7 @@ class Resolver:
                 out[key] = {k: self._absolutize(v, base, f"{pointer}/{key}/{_escape(k)}") for k, v in value.items()}
             else:
                 out[key] = self._absolutize(value, base, f"{pointer}/{_escape(key)}")
-        self.pointers[id(out)] = pointer
+        self.pointers[id(out)] = (out, pointer)
         if top or new_resource:
             self.documents.setdefault(urldefrag(base)[0], out)
         if anchor_uri is not None:
@@ -102,7 +104,8 @@ class Resolver:
         return out
 
     def pointer(self, node: Any) -> str:
-        return self.pointers.get(id(node), "")
+        found = self.pointers.get(id(node))
+        return "" if found is None else found[1]
 
     def resolve(self, uri: str, where: str) -> Any:
         base, fragment = urldefrag(uri)
