@@ -117,3 +117,19 @@ def test_the_memo_serves_contexts_scored_before(tiny):
     off = TransformersLM(tiny.hf_model, tiny.vocab, memo_size=0).session()
     off.logits([a])
     assert off.forwarded and off.logits([a]) is not None and off.forwarded
+
+
+def test_a_closed_session_hands_its_rows_to_the_next(tiny):
+    """The next generate call on the same prompt feeds only what it adds; a session opened
+    while another holds the rows starts empty (two at once never share a cache)."""
+    prompt = [11, 12, 13, 14, 15, 16]
+    first = tiny.session()
+    first.logits([prompt])
+    first.close()
+    second = tiny.session()
+    other = tiny.session()
+    before = tiny.tokens_run
+    assert_fresh(tiny, [prompt + [1]], second.logits([prompt + [1]]))
+    assert tiny.tokens_run - before == 1
+    assert_fresh(tiny, [prompt + [2]], other.logits([prompt + [2]]))
+    assert tiny.tokens_run - before == 1 + len(prompt) + 1

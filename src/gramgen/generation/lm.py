@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -180,6 +181,9 @@ class TransformersLM(_NextLogprobs):
         #: same prompt again (AWRS runs, SMC particles, repeated samples) reaches contexts
         #: scored before, which then need no forward pass; ``memo_size=0`` keeps none
         self.memo: LRU[tuple[int, ...], Any] = LRU(memo_size)
+        #: the rows and cache a finished session left (see :meth:`session`)
+        self._parked: tuple | None = None
+        self._lock = threading.Lock()
         self._shared: KVSession | None = None
         params = _forward_parameters(hf_model)
         #: transformers 5 renamed ``past_key_values`` to ``cache``
@@ -200,7 +204,15 @@ class TransformersLM(_NextLogprobs):
         return int(self.hf_model.config.vocab_size)
 
     def session(self) -> KVSession:
-        return KVSession(self)
+        """A session that starts from the rows the last closed session left, if no other
+        session took them: a new call on the same prompt feeds only what it adds."""
+        with self._lock:
+            parked, self._parked = self._parked, None
+        return KVSession(self, parked)
+
+    def _park(self, state: tuple) -> None:
+        with self._lock:
+            self._parked = state
 
     def forward(self, ids, attention, positions, cache, last: int):
         """Run the model on new token ids ``[B, k]`` after ``cache`` (None: nothing before),
@@ -238,13 +250,14 @@ class KVSession:
     context does not share with its row (a rollback leaves a masked gap), and only the
     tokens after the shared prefix are fed, right-aligned, with explicit positions. When
     gaps fill more than half the cache it is compacted. The logits equal a fresh forward
-    over each whole context up to floating-point reordering.
+    over each whole context up to floating-point reordering. :meth:`close` hands the rows
+    to the model's next session.
     """
 
     #: compact the cache when it has this many columns and more than half are hidden
     COMPACT_AFTER = 256
 
-    def __init__(self, lm: TransformersLM):
+    def __init__(self, lm: TransformersLM, state: tuple | None = None):
         self.lm = lm
         #: whether the last call ran the model (False: every context was in the memo)
         self.forwarded = False
@@ -252,6 +265,8 @@ class KVSession:
         self._columns: list[list[int]] = []   # per row: the cache column of each token
         self._cache = None
         self._attention = None                # long [rows, columns] on the device
+        if state is not None:
+            self._keys, self._columns, self._cache, self._attention = state
         vocab = lm.vocab
         self._pad = int(vocab.eos_token_ids[0]) if vocab.eos_token_ids else 0
 
@@ -271,6 +286,15 @@ class KVSession:
                 self.forwarded = False
                 return torch.stack(found)[:, None, :]
         self.forwarded = True
+        try:
+            return self._forward(keys, last, memo)
+        except BaseException:   # the cache may be half updated: start afresh next time
+            self._keys, self._columns, self._cache, self._attention = [], [], None, None
+            raise
+
+    def _forward(self, keys, last: int, memo):
+        import torch
+
         device = self.lm.device
         with torch.inference_mode():
             parents, shared = self._match(keys, last)
@@ -300,6 +324,12 @@ class KVSession:
                 for key, row in zip(keys, logits[:, -1]):
                     memo.put(key, row.clone())   # not a view: the batch may be large
         return logits
+
+    def close(self) -> None:
+        """Hand the rows and their cache back to the model for its next session."""
+        if self._cache is not None:
+            self.lm._park((self._keys, self._columns, self._cache, self._attention))
+        self._keys, self._columns, self._cache, self._attention = [], [], None, None
 
     def _match(self, keys, last: int) -> tuple[list[int], list[int]]:
         """Per context: the row holding its longest prefix (-1: none) and how many of its

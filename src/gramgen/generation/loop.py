@@ -94,8 +94,18 @@ def run(lm: LanguageModel, population: SequenceOf[Sequence], sampler: Sampler, *
     session to continue in (default: a new one)."""
     t0 = time.perf_counter()
     eos = frozenset(lm.vocab.eos_token_ids)
-    if session is None:
+    own = session is None
+    if own:
         session = lm.session()
+    try:
+        return _run(lm, population, sampler, max_new_tokens, session, eos, t0)
+    finally:
+        close = getattr(session, "close", None)
+        if own and close is not None:
+            close()
+
+
+def _run(lm, population, sampler, max_new_tokens, session, eos, t0) -> list[Sequence]:
     population = list(population)
     for seq in population:
         seq.stats.prompt_tokens = len(seq.prompt)
