@@ -213,11 +213,14 @@ def run_task(task, lm, tok, args) -> dict:
         wall = time.perf_counter() - t1
         eos = lm.vocab.eos_token_ids[0]
         samples = [tuple(r.tokens) + (eos if r.eos_token is None else r.eos_token,) for r in rows]
-        n_tokens = sum(len(r.tokens) for r in rows)
+        n_tokens = sum(len(w) for w in samples)   # EOS included
+        # the model's log P(output): generate reports GCD's under its masked distribution
+        logps = [_model_logprob(lm, prompt, w) if name == "constrained" else r.logprob
+                 for w, r in zip(samples, rows)]
         emp_kl, outside = empirical_kl(samples, exact)
         res = {
             "samples": len(rows), "complete": sum(r.complete for r in rows),
-            "mean_logprob": float(np.mean([r.logprob for r in rows])),
+            "mean_logprob": float(np.mean(logps)),
             "kl_empirical": emp_kl, "outside_enumeration": outside,
             "evaluations_per_token": sum(r.extras["constraint_evaluations"] for r in rows) / n_tokens,
             "seconds_per_sample": wall / len(rows),
@@ -238,6 +241,12 @@ def run_task(task, lm, tok, args) -> dict:
               f"KL_emp {emp_kl:6.3f}  evals/tok {res['evaluations_per_token']:9.1f}  "
               f"{res['seconds_per_sample']:.2f} s/sample", flush=True)
     return out
+
+
+def _model_logprob(lm, prompt: list[int], word: tuple[int, ...]) -> float:
+    """log P(word | prompt) under the model (its contexts are mostly in the memo)."""
+    rows = lm.next_logprobs([list(prompt) + list(word[:i]) for i in range(len(word))])
+    return float(sum(row[t] for row, t in zip(rows, word)))
 
 
 def proxy_evaluations(texts: list[str], eps: float = 0.1) -> list[dict]:
