@@ -279,7 +279,7 @@ def proxy_evaluations(texts: list[str], eps: float = 0.1) -> list[dict]:
             r = gramgen.generate(lm, [0], constraint=MatcherConstraint(cg.matcher()),
                                  sampler="awrs", max_new_tokens=64, seed=i)
             evals += r.extras["constraint_evaluations"]
-            tokens += len(r.tokens)
+            tokens += len(r.tokens) + (r.eos_token is not None)   # EOS counts as a draw
         per = evals / tokens
         rows.append({"vocab": name, "size": vocab.size, "awrs_evaluations_per_token": per,
                      "mask_evaluations_per_token": vocab.size, "ratio": vocab.size / per,
