@@ -12,7 +12,7 @@ import pytest
 import gramgen
 from gramgen.testing import accepts, assert_consistent, assert_masks_exact, brute_force_mask
 from reference import ReferenceGrammar, brute_force_mask as reference_mask
-from synthetic import small_vocab as vocab_of
+from synthetic import EXPR_LARK, EXPR_PIECES, small_vocab as vocab_of
 
 
 BINARY_PIECES = ["0", "1", "00", "11", "01", "2", "a", " "]
@@ -23,14 +23,6 @@ ENUM_LARK = r'''
 start: "{\"color\": \"" COLOR "\"}" | "{\"size\": \"" SIZE "\"}"
 COLOR: "red" | "green" | "blue" | "bl\u00e9"
 SIZE: "x" | "xx"
-'''
-EXPR_PIECES = ["x", "y", "(", ")", "+", "*", "(x", "y)", "x)", "z", " "]
-EXPR_LARK = r'''
-start: e2
-e0: "x" | "y"
-e1: e0 | "(" e0 op e0 ")"
-e2: e1 | "(" e1 op e1 ")"
-op: "+" | "*"
 '''
 
 
