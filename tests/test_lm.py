@@ -52,13 +52,18 @@ def test_a_session_reuses_its_rows_and_equals_fresh_forwards(tiny):
         [b + [2, 3, 4, 5, 6]] * 2,       # a row copied (resampled particles)
         [b + [2, 3, 4, 5, 6, 7], b + [2, 9]],   # one grows, one rolls back and branches
         [c, b + [2]],                    # an unrelated context beside a rollback
+        [[60, 61, 62]],                  # only unrelated contexts: the cache starts anew
+        [[60, 61, 7], c + [3]],          # ... then rolls back one token and branches
     ]
+    fed = []
     for contexts in steps:
         before = tiny.tokens_run
         logits = session.logits(contexts)
         assert_fresh(tiny, contexts, logits)
-    # the last call fed all of c, and only the one token of b + [2] it had hidden
-    assert tiny.tokens_run - before == len(c) + 1
+        fed.append(tiny.tokens_run - before)
+    # all of c, and only the one token of b + [2] that had been hidden; then all three
+    # tokens of an unrelated context; then the one token replacing its last, and all of c + [3]
+    assert fed[-3:] == [len(c) + 1, 3, 1 + len(c) + 1]
 
 
 def test_logits_of_the_last_k_positions(tiny):

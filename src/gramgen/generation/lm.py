@@ -299,7 +299,8 @@ class KVSession:
         with torch.inference_mode():
             parents, shared = self._match(keys, last)
             width = max(len(k) - c for k, c in zip(keys, shared))
-            before = 0 if self._attention is None else int(self._attention.shape[1])
+            fresh = all(p < 0 for p in parents)   # nothing to keep: the cache starts anew
+            before = 0 if fresh else int(self._attention.shape[1])
             ids = torch.full((len(keys), width), self._pad, dtype=torch.long)
             att = torch.zeros((len(keys), width), dtype=torch.long)
             pos = torch.zeros((len(keys), width), dtype=torch.long)
@@ -313,7 +314,7 @@ class KVSession:
                 kept = self._columns[p][:c] if p >= 0 else []
                 columns.append(kept + list(range(before + width - n, before + width)))
             cache, attention = None, att.to(device)
-            if any(p >= 0 for p in parents):
+            if not fresh:
                 cache, past = self._select(parents, shared)
                 attention = torch.cat([past, attention], dim=1)
             logits, cache = self.lm.forward(ids.to(device), attention, pos.to(device), cache, last)
