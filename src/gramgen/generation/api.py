@@ -22,7 +22,7 @@ from ..errors import ConfigurationError
 from ..grammar import Grammar
 from ..grammar.sources import read_schema
 from ..runtime import CompiledGrammar, compile as compile_grammar
-from .constraint import Constraint, MatcherConstraint
+from .constraint import Constraint, MatcherConstraint, require_masks
 from .lm import LanguageModel
 from .loop import Sequence, run
 from .result import GenerationResult
@@ -149,11 +149,8 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     if target.compiled is None:
         if isinstance(options, ASApSampling):
             raise ConfigurationError("sampler 'asap' needs a grammar or schema, not a constraint=")
-        if isinstance(options, Constrained) and not (hasattr(target.constraint, "mask")
-                                                     or hasattr(target.constraint, "fill_bitmask")):
-            raise ConfigurationError(f"masked sampling needs full masks, which a "
-                                     f"{type(target.constraint).__name__} cannot give: use "
-                                     "sampler='awrs' or 'smc' (they check one token at a time)")
+        if isinstance(options, Constrained):
+            require_masks(target.constraint)
     if not prompts:
         return []
     results = _generate_ids(model, prompts, target, options, max_new_tokens, seed)

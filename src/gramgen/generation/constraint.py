@@ -20,7 +20,7 @@ from ..errors import ConfigurationError, TokenRejected
 from ..runtime import CompiledGrammar, Matcher
 
 __all__ = ["Constraint", "EvaluationCounter", "MatcherConstraint", "PredicateConstraint",
-           "as_constraint", "fill_bitmask", "known_mask"]
+           "as_constraint", "fill_bitmask", "known_mask", "require_masks"]
 
 
 class EvaluationCounter:
@@ -174,6 +174,15 @@ def known_mask(constraint) -> np.ndarray | None:
     return method() if method is not None else None
 
 
+def require_masks(constraint) -> None:
+    """Raise :class:`~gramgen.ConfigurationError` unless ``constraint`` can give full masks
+    (``fill_bitmask`` or ``mask``), as masked sampling needs."""
+    if not (hasattr(constraint, "fill_bitmask") or hasattr(constraint, "mask")):
+        raise ConfigurationError(f"masked sampling needs full masks, which a "
+                                 f"{type(constraint).__name__} cannot give: use sampler='awrs' "
+                                 "or 'smc' (they check one token at a time)")
+
+
 def fill_bitmask(constraint, out, row: int = 0) -> None:
     """Write ``constraint``'s full mask into row ``row`` of a packed int32 bitmask; raises
     :class:`~gramgen.ConfigurationError` for a constraint that can only check one token."""
@@ -181,11 +190,8 @@ def fill_bitmask(constraint, out, row: int = 0) -> None:
     if method is not None:
         method(out, row)
         return
-    mask = getattr(constraint, "mask", None)
-    if mask is None:
-        raise ConfigurationError(f"masked sampling needs full masks, which a "
-                                 f"{type(constraint).__name__} cannot give: use sampler='awrs' "
-                                 "or 'smc' (they check one token at a time)")
+    require_masks(constraint)
+    mask = constraint.mask
     words = bitmask.pack(np.asarray(mask(), dtype=bool))
     out[row] = 0
     out[row, :words.shape[0]] = words.view(np.int32)

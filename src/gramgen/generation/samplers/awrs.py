@@ -225,7 +225,6 @@ class AWRSSampler:
         self.rng = rng
         self.eos = frozenset(vocab.eos_token_ids)
         self._never = never_ids(vocab)
-        self.rejections = 0
 
     def prepare(self, seq: Sequence, max_new_tokens: int) -> None:
         seq.needs_logits = True
@@ -235,7 +234,6 @@ class AWRSSampler:
         t0 = time.perf_counter()
         step = awrs_step(logp, c.check, self.rng, getattr(c, "mask", None), known=known_mask(c))
         seq.stats.mask_seconds += time.perf_counter() - t0
-        self.rejections += step.rejections
         seq.state = (seq.state or 0) + step.rejections   # rejections of this sequence
         return step
 

@@ -84,7 +84,6 @@ class MaskedSampler:
         self.n_words = bitmask.n_words(vocab.size)
         self.seed = seed
         self._generator = None
-        self.masks = 0
 
     def prepare(self, seq: Sequence, max_new_tokens: int) -> None:
         seq.needs_logits = True
@@ -93,7 +92,6 @@ class MaskedSampler:
         words = np.zeros((1, self.n_words), dtype=np.int32)
         while True:
             fill_bitmask(seq.constraint, words, 0)
-            self.masks += 1
             single = single_allowed(words[0])
             if single == -1:
                 seq.finish = "dead_end"
