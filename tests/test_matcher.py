@@ -269,3 +269,92 @@ def test_masks_without_the_native_kernel_equal_native_ones(monkeypatch, tokenize
     assert len(masks[True]) == len(masks[False]) > 30
     for i, (a, b) in enumerate(zip(masks[True], masks[False])):
         assert np.array_equal(a, b), i
+
+
+# -- bad arguments -----------------------------------------------------------------------------
+
+def string_matcher():
+    """A matcher inside a JSON-like string over 32 tokens: EOS first, then ``"`` and 30
+    letters, so that the last token (id 31) is allowed in the string and the packed mask
+    is exactly one word (a negative id would read its top bit)."""
+    letters = [chr(c) for c in range(ord("a"), ord("a") + 26)] + ["A", "B", "C", "D"]
+    vocab = gramgen.Vocabulary([b""] + [p.encode() for p in ['"', *letters]], eos_token_ids=[0])
+    assert vocab.size == 32
+    m = gramgen.compile(gramgen.Grammar.from_regex(r'"[a-zA-D]*"'), vocab).matcher()
+    m.advance(1)
+    return m
+
+
+@pytest.mark.parametrize("bad", [-1, -32, 32, 10**6, "5", None, 1.5, True, b"\x01", [3]])
+def test_token_ids_that_are_no_vocabulary_ids_are_configuration_errors(bad):
+    m = string_matcher()
+    assert m.mask()[31]  # the mask is cached: check() reads it
+    before = m.tokens
+    for call in (m.check, m.advance, lambda t: m.advance_many([2, t])):
+        with pytest.raises(gramgen.ConfigurationError, match="token id"):
+            call(bad)
+    assert m.tokens == before + [2]  # advance_many applied the good id before the bad one
+    assert m.check(np.int64(31)) and m.check(31)  # numpy ints are ids too
+    m.advance(np.int32(31))
+    assert m.tokens == before + [2, 31]
+
+
+def test_advance_many_needs_an_iterable_of_ids():
+    m = string_matcher()
+    for bad in (None, 5, "ab"):
+        with pytest.raises(gramgen.ConfigurationError, match="advance_many"):
+            m.advance_many(bad)
+    m.advance_many(np.array([2, 3], dtype=np.int64))
+    assert m.text_bytes() == b'"ab'
+
+
+@pytest.mark.parametrize("bad", [-1, 4, 0.5, "1", None])
+def test_rollback_beyond_the_start_or_not_an_int(bad):
+    m = string_matcher()
+    m.advance_many([2, 3])
+    with pytest.raises(gramgen.ConfigurationError, match="roll back|n_tokens"):
+        m.rollback(bad)
+    assert m.text_bytes() == b'"ab'
+    m.rollback(np.int64(2))
+    assert m.text_bytes() == b'"'
+
+
+def test_fill_bitmask_takes_only_int32_rows_in_range():
+    torch = pytest.importorskip("torch")
+    m = string_matcher()
+    good = np.full((2, 1), -1, dtype=np.int32)
+    m.fill_bitmask(good, 1)
+    assert unpack(good[1].view(np.uint32), 32).tolist() == m.mask().tolist() and good[0, 0] == -1
+    bad = [(np.zeros((2, 1), dtype=np.float32), 0, "int32"),        # float: silently converted before
+           (np.zeros((2, 1), dtype=np.int64), 0, "int32"),
+           (np.zeros((2, 1), dtype=np.uint32), 0, "int32"),
+           (np.zeros(2, dtype=np.int32), 0, "shape"),
+           (np.zeros((2, 0), dtype=np.int32), 0, "shape"),
+           (np.zeros((2, 1, 1), dtype=np.int32), 0, "shape"),
+           (np.zeros((2, 1), dtype=np.int32), 2, "row 2"),
+           (np.zeros((2, 1), dtype=np.int32), -1, "row -1"),
+           (np.zeros((2, 1), dtype=np.int32), 0.0, "row must be an int"),
+           (np.zeros((2, 1), dtype=np.int32), None, "row must be an int"),
+           ([[0], [0]], 0, "numpy array or torch tensor"),
+           (torch.zeros((2, 1)), 0, "int32"),
+           (torch.zeros((2, 1), dtype=torch.int32), 5, "row 5")]
+    for target, row, message in bad:
+        snapshot = target.copy() if isinstance(target, np.ndarray) else None
+        with pytest.raises(gramgen.ConfigurationError, match=message):
+            m.fill_bitmask(target, row)
+        if snapshot is not None:
+            assert np.array_equal(target, snapshot)  # nothing written
+    read_only = np.zeros((1, 1), dtype=np.int32)
+    read_only.flags.writeable = False
+    with pytest.raises(gramgen.ConfigurationError, match="read-only"):
+        m.fill_bitmask(read_only)
+
+
+def test_forced_bytes_limit_and_matcher_argument():
+    m = string_matcher()
+    assert m.forced_bytes(np.int64(3)) == b""
+    for bad in (-1, "4", None, 2.0):
+        with pytest.raises(gramgen.ConfigurationError, match="limit"):
+            m.forced_bytes(bad)
+    with pytest.raises(gramgen.ConfigurationError, match="CompiledGrammar"):
+        gramgen.Matcher(gramgen.Grammar.from_regex("a"))

@@ -6,7 +6,14 @@ be copied straight into a ``[batch, ceil(V/32)]`` int32 tensor.
 
 from __future__ import annotations
 
+import operator
+import sys
+
 import numpy as np
+
+from ..errors import ConfigurationError
+
+_INT32 = np.dtype(np.int32)
 
 
 def n_words(vocab_size: int) -> int:
@@ -48,8 +55,44 @@ def allocate_token_bitmask(batch_size: int, vocab_size: int):
         return np.full((batch_size, n_words(vocab_size)), -1, dtype=np.int32)
 
 
+def check_target(bitmask, row, min_words: int) -> None:
+    """ConfigurationError unless ``bitmask`` is a writable int32 numpy array or torch tensor
+    of shape ``[batch, >= min_words]`` and ``row`` an int in ``[0, batch)``: nothing is
+    converted silently (a float array would take the bits as numbers). A few comparisons,
+    cheap next to a mask."""
+    if isinstance(bitmask, np.ndarray):
+        if bitmask.dtype is not _INT32 and bitmask.dtype != _INT32:
+            raise ConfigurationError(f"the bitmask must be an int32 array, not {bitmask.dtype} "
+                                     "(allocate it with gramgen.allocate_token_bitmask)")
+        if not bitmask.flags.writeable:
+            raise ConfigurationError("the bitmask array is read-only")
+    else:
+        torch = sys.modules.get("torch")  # not imported: the argument is no tensor
+        if torch is None or not isinstance(bitmask, torch.Tensor):
+            raise ConfigurationError(f"the bitmask must be an int32 numpy array or torch tensor, "
+                                     f"not {type(bitmask).__name__}")
+        if bitmask.dtype != torch.int32:
+            raise ConfigurationError(f"the bitmask must be an int32 tensor, not {bitmask.dtype} "
+                                     "(allocate it with gramgen.allocate_token_bitmask)")
+    shape = tuple(bitmask.shape)
+    if len(shape) != 2 or shape[1] < min_words:
+        raise ConfigurationError(f"the bitmask must have shape [batch, {min_words}] (ceil(vocab size / 32) "
+                                 f"columns or more), not {list(shape)}")
+    if row.__class__ is not int or not 0 <= row < shape[0]:
+        if isinstance(row, bool):
+            raise ConfigurationError(f"row must be an int, not a bool ({row!r})")
+        try:
+            row = operator.index(row)
+        except TypeError:
+            raise ConfigurationError(f"row must be an int, not {type(row).__name__} ({row!r:.60})") from None
+        if not 0 <= row < shape[0]:
+            rows = f"rows 0 to {shape[0] - 1}" if shape[0] else "no rows"
+            raise ConfigurationError(f"row {row} is out of range: the bitmask has {rows}")
+
+
 def write_row(bitmask, row: int, words: np.ndarray) -> None:
-    """Copy packed ``words`` into row ``row`` of a numpy or torch int32 bitmask."""
+    """Copy packed ``words`` into row ``row`` of a numpy or torch int32 bitmask (checked
+    by :func:`check_target`)."""
     data = words.view(np.int32)
     if isinstance(bitmask, np.ndarray):
         bitmask[row, : data.shape[0]] = data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Iterable
 
 import numpy as np
@@ -11,7 +12,7 @@ import numpy.ma  # noqa: F401 - np.unique imports it on first use (~20 ms): pay 
 from ..automata import bitmask
 from ..automata.earley import HorizonReads, LocalSignatures, tracked_view
 from ..automata.lexeme_tokens import jump_plan as plan_jumps, pass_split, run_suffixes
-from ..errors import TokenRejected
+from ..errors import ConfigurationError, TokenRejected
 
 #: horizons (in origin links) tried for the context-independent part of a mask
 _HORIZONS = (2, 3, 4, 5, 6, 8, 12)
@@ -31,6 +32,17 @@ def _successor(prefix: bytes) -> bytes | None:
     return p[:-1] + bytes((p[-1] + 1,)) if p else None  # None: nothing sorts after them
 
 
+def _whole_number(value, what: str) -> int:
+    """``value`` as an int (a Python or numpy integer, anything with ``__index__``);
+    ConfigurationError for a bool, a float, a string, None."""
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{what} must be an int, not a bool ({value!r})")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ConfigurationError(f"{what} must be an int, not {type(value).__name__} ({value!r:.60})") from None
+
+
 class Matcher:
     """Tracks which text has been produced and answers which tokens may come next.
 
@@ -44,6 +56,11 @@ class Matcher:
     def __init__(self, compiled: "CompiledGrammar"):
         """A matcher at the start of the language of ``compiled`` (a
         :class:`~gramgen.CompiledGrammar`, usually through its ``matcher()``)."""
+        from .compiled import CompiledGrammar  # (that module imports this one)
+
+        if not isinstance(compiled, CompiledGrammar):
+            raise ConfigurationError(f"Matcher() takes a gramgen.CompiledGrammar (from gramgen.compile), "
+                                     f"not {type(compiled).__name__}")
         self._cg = compiled
         self._tables = compiled.tables
         self._chart = [compiled._initial]
@@ -81,11 +98,28 @@ class Matcher:
         return bitmask.unpack(self._words(), self._cg.vocab_size).copy()
 
     def fill_bitmask(self, bitmask_out, row: int = 0) -> None:
-        """Write the mask into row ``row`` of an int32 ``[batch, ceil(V/32)]`` array or tensor."""
+        """Write the mask into row ``row`` of an int32 ``[batch, ceil(V/32)]`` array or tensor
+        (more columns are zeroed); ConfigurationError for another dtype or shape, or a row
+        out of range, before the mask is computed."""
+        bitmask.check_target(bitmask_out, row, bitmask.n_words(self._cg.vocab_size))
         bitmask.write_row(bitmask_out, row, self._words())
 
+    def _token_id(self, token_id) -> int:
+        """``token_id`` as an int in ``[0, vocab_size)``; ConfigurationError otherwise (a
+        negative id would index the packed mask from its end)."""
+        token_id = _whole_number(token_id, "a token id")
+        if not 0 <= token_id < self._cg.vocab_size:
+            raise ConfigurationError(f"token id {token_id} is out of range: this vocabulary has "
+                                     f"ids 0 to {self._cg.vocab_size - 1}")
+        return token_id
+
     def check(self, token_id: int) -> bool:
-        """Whether ``token_id`` is allowed next, without computing the whole mask."""
+        """Whether ``token_id`` is allowed next, without computing the whole mask.
+
+        Raises :class:`~gramgen.ConfigurationError` for an id that is not an int in
+        ``[0, vocab_size)``."""
+        if token_id.__class__ is not int or not 0 <= token_id < self._cg.vocab_size:
+            token_id = self._token_id(token_id)
         if self._terminated:
             return False
         cg = self._cg
@@ -111,7 +145,10 @@ class Matcher:
 
     def forced_bytes(self, limit: int = 4096) -> bytes:
         """The bytes the grammar forces next: while exactly one byte can follow and the text
-        is not complete, that byte."""
+        is not complete, that byte (at most ``limit``, an int of at least 0)."""
+        limit = _whole_number(limit, "limit")
+        if limit < 0:
+            raise ConfigurationError(f"limit must be at least 0, not {limit}")
         if self._terminated:
             return b""
         tables = self._tables
@@ -161,7 +198,11 @@ class Matcher:
     # -- moves -----------------------------------------------------------------------------
 
     def advance(self, token_id: int) -> None:
-        """Append one token; raises :class:`~gramgen.TokenRejected` if it is not allowed."""
+        """Append one token; raises :class:`~gramgen.TokenRejected` if it is not allowed and
+        :class:`~gramgen.ConfigurationError` for an id that is not an int in
+        ``[0, vocab_size)``."""
+        if token_id.__class__ is not int or not 0 <= token_id < self._cg.vocab_size:
+            token_id = self._token_id(token_id)
         position = len(self._tokens)
         if self._terminated:
             raise TokenRejected(token_id, position, "the matcher has already accepted EOS")
@@ -194,14 +235,20 @@ class Matcher:
         self._tokens.append(token_id)
 
     def advance_many(self, token_ids: Iterable[int]) -> None:
-        """Advance each token in turn; on a rejection the earlier ones stay applied."""
+        """Advance each token in turn; on a rejection (or a bad id) the earlier ones stay
+        applied."""
+        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Iterable):
+            raise ConfigurationError(f"advance_many() takes an iterable of token ids, not "
+                                     f"{type(token_ids).__name__}")
         for t in token_ids:
-            self.advance(int(t))
+            self.advance(t)
 
     def rollback(self, n_tokens: int) -> None:
-        """Undo the last ``n_tokens`` advances."""
+        """Undo the last ``n_tokens`` advances (an int from 0 to the number advanced)."""
+        n_tokens = _whole_number(n_tokens, "rollback's n_tokens")
         if n_tokens < 0 or n_tokens > len(self._tokens):
-            raise ValueError(f"cannot roll back {n_tokens} tokens; {len(self._tokens)} advanced")
+            raise ConfigurationError(f"cannot roll back {n_tokens} tokens: give 0 to {len(self._tokens)}, "
+                                     "the number of tokens advanced")
         if n_tokens == 0:
             return
         cut = self._bounds[-n_tokens]
