@@ -10,7 +10,7 @@ from typing import Any, Literal
 from ..errors import ConfigurationError
 from .gbnf import gbnf_to_ir
 from .ir import GrammarIR, Rule
-from .json_schema.compiler import json_schema_to_ir
+from .json_schema.compiler import DEFAULT_WHITESPACE, json_schema_to_ir
 from .lark import lark_to_ir
 from .regex import parse_regex
 from .sources import SchemaLike, builtin_grammar_text, grammar_format, read_grammar_file, read_schema
@@ -54,7 +54,9 @@ class Grammar:
 
     @classmethod
     def from_json_schema(cls, schema: SchemaLike, *,
-                         whitespace: Literal["compact", "flexible"] = "compact",
+                         whitespace: Literal["compact", "standard", "flexible"] = DEFAULT_WHITESPACE,
+                         separators: tuple[str, str] | None = None,
+                         indent: int | str | None = None,
                          max_whitespace: int = 20,
                          property_order: Literal["schema", "any"] = "schema",
                          strict: bool = False,
@@ -71,9 +73,18 @@ class Grammar:
             A dict or bool, JSON text (str or bytes), a path to a JSON file (str or
             os.PathLike) or a pydantic model class; read by
             :func:`gramgen.grammar.sources.read_schema`.
-        whitespace : {"compact", "flexible"}
-            "compact": no whitespace between tokens; "flexible": JSON whitespace between
-            tokens, at most ``max_whitespace`` characters per gap.
+        whitespace : {"compact", "standard", "flexible"}
+            The layout, as ``json.dumps`` writes it: "compact" ``{"a":1,"b":[1,2]}``;
+            "standard" ``{"a": 1, "b": [1, 2]}`` (json.dumps' default); "flexible" any JSON
+            whitespace between tokens, at most ``max_whitespace`` characters per gap.
+        separators : (str, str), optional
+            ``(item_separator, key_separator)`` as in ``json.dumps``, overriding the mode's:
+            "," and ":" with optional JSON whitespace around them. Not with "flexible".
+        indent : int or str, optional
+            As in ``json.dumps(indent=...)``: each item on its own line, indented by that
+            many spaces (or that string) per level; ``{}`` and ``[]`` stay empty; the
+            separators default to ``(",", ": ")``. Containers then nest at most
+            16 deep (deeper ones are left out of the grammar). Not with "flexible".
         max_whitespace : int
             The most whitespace characters in one gap (flexible whitespace), so that a
             model cannot loop on spaces.
@@ -99,6 +110,7 @@ class Grammar:
         :class:`~gramgen.errors.ConfigurationError` for a bad option value.
         """
         return cls(json_schema_to_ir(read_schema(schema).value, whitespace=whitespace,
+                                     separators=separators, indent=indent,
                                      max_whitespace=max_whitespace, property_order=property_order,
                                      strict=strict, refs=refs, draft=draft, lenient=lenient,
                                      lenient_formats=lenient_formats, max_lexeme_nodes=max_lexeme_nodes))

@@ -27,6 +27,7 @@ from ...errors import CompileLimitError, ConfigurationError, GrammarError, Schem
 from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
 from ..sources import read_schema
+from .layout import Layout
 from .loader import DRAFTS, Resolver, draft_of
 
 try:  # enum/const values are checked against their sibling keywords (a dependency; imported
@@ -68,6 +69,14 @@ EXACT_FORMATS = {"date", "uuid", "ipv4", "ipv6", "duration", "json-pointer", "re
 """Formats whose regex here is the whole format (the others accept a documented subset, so
 their negation would let through strings that are in fact of that format)."""
 
+DEFAULT_WHITESPACE = "compact"
+"""The layout :meth:`Grammar.from_json_schema` uses unless told (see :mod:`.layout`)."""
+MAX_INDENT_DEPTH = 16
+"""With ``indent``, containers nest at most this deep: the layout of a value depends on its
+depth, so each (schema, depth) is its own nonterminal, and a recursive schema or an
+any-value schema would otherwise need infinitely many. Deeper containers are left out of
+the grammar (an over-constraint, never a wrong layout); a schema that cannot be met
+within the bound is a SchemaError saying so."""
 MAX_RULES = 200_000
 LONG_STRING = 256
 """Plain strings allowing more characters than this are counted in blocks by rules."""
@@ -88,27 +97,29 @@ class _NotExpressible(Exception):
 
 
 class SchemaCompiler:
-    def __init__(self, schema: Any, *, whitespace: str = "compact", max_whitespace: int = 20,
+    def __init__(self, schema: Any, *, whitespace: str = DEFAULT_WHITESPACE, max_whitespace: int = 20,
+                 separators: tuple[str, str] | None = None, indent: int | str | None = None,
                  strict: bool = False, lenient: bool = False, lenient_formats: bool = False,
                  refs: dict[str, Any] | None = None, draft: int | None = None,
                  property_order: str = "schema", max_lexeme_nodes: int = 2000):
-        if whitespace not in ("compact", "flexible"):
-            raise ConfigurationError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
         if property_order not in ("schema", "any"):
             raise ConfigurationError(f"property_order must be 'schema' or 'any', not {property_order!r}")
-        if draft is not None and draft not in DRAFTS.values():
+        if draft is not None and (isinstance(draft, bool) or draft not in DRAFTS.values()):
             raise ConfigurationError(f"draft must be one of {', '.join(map(str, DRAFTS.values()))} or None, "
                                      f"not {draft!r}")
+        self.layout = Layout.of(whitespace, separators, indent, max_whitespace)
         schema = read_schema(schema).value
         self.draft = draft or draft_of(schema)
         self.resolver = Resolver(schema, self.draft, refs)
-        self.flexible = whitespace == "flexible"
-        self.max_ws = max_whitespace
         self.strict = strict
         self.lenient = lenient
         self.lenient_formats = lenient_formats
         self.any_order = property_order == "any"
         self.max_lexeme_nodes = max_lexeme_nodes
+        #: the depth (containers around it) of the value being compiled: with ``indent``,
+        #: nonterminals are per (schema, depth); otherwise always 0
+        self._depth = 0
+        self._depth_capped = False  # some container was left out for MAX_INDENT_DEPTH
         self.relaxed: list[str] = []
         #: pointers of ``format`` values that are no format gramgen knows, taken as
         #: annotations (any string) under ``lenient_formats``: ``Grammar.ir.meta["unknown_formats"]``
@@ -116,10 +127,10 @@ class SchemaCompiler:
         self.rules: list[Rule] = []
         self.lexemes: dict[str, Regex] = {}
         self._lex_ids: dict[int, str] = {}
-        #: id(node) -> (node, its nonterminal or None): each entry holds its node, so that
-        #: the id cannot be reused by another object while the entry exists (nodes made
-        #: while compiling, such as the variants of an object, die after their value())
-        self._memo: dict[int, tuple[Any, str | None]] = {}
+        #: (id(node), depth) -> (node, its nonterminal or None): each entry holds its node,
+        #: so that the id cannot be reused by another object while the entry exists (nodes
+        #: made while compiling, such as the variants of an object, die after their value())
+        self._memo: dict[tuple[int, int], tuple[Any, str | None]] = {}
         self._pieces: dict[tuple, str] = {}
         self._keep: list[Any] = []  # merged schemas stay alive so their ids stay unique
         self._n = 0
@@ -169,25 +180,35 @@ class SchemaCompiler:
 
     # -------------------------------------------------------------- whitespace & punctuation
 
-    @property
-    def ws(self) -> Regex:
-        return Repeat(CharRanges(((9, 10), (13, 13), (32, 32))), 0, self.max_ws) if self.flexible else EMPTY
+    def key(self, name_rx: Regex) -> str:
+        """A lexeme for a key and the key separator after it."""
+        return self.lex(seq([name_rx, self.layout.colon()]), "KEY")
 
-    def punct(self, ch: str) -> Regex:
-        if not self.flexible:
-            return literal(ch)
-        if ch in "{[":
-            return seq([literal(ch), self.ws])
-        if ch in "}]":
-            return seq([self.ws, literal(ch)])
-        return seq([self.ws, literal(ch), self.ws])
+    def container(self, open_ch: str, close_ch: str) -> tuple[str, str | None, str, str, str]:
+        """Lexemes of a container at the current depth: (opening bracket, what precedes the
+        first item or None, item separator, closing bracket after items, closing bracket
+        of the empty container)."""
+        lay, d = self.layout, self._depth if self.layout.by_depth else 0
+        first = lay.first(d)
+        close = self._piece(("close", close_ch, d), lambda: lay.close(close_ch, d, False), "CLOSE")
+        return (self._piece(("open", open_ch), lambda: lay.open(open_ch), "OPEN"),
+                None if first is None else self._piece(("first", d), lambda: first, "NL"),
+                self._piece(("comma", d), lambda: lay.comma(d), "COMMA"),
+                close,
+                self._piece(("close_empty", close_ch), lambda: lay.close(close_ch, d, True), "CLOSE")
+                if lay.by_depth else close)
 
-    def brackets(self, open_ch: str, close_ch: str) -> tuple[str, str, str]:
-        """Lexemes for an opening bracket, its closing one and the comma (with the
-        whitespace policy around them)."""
-        names = {"{": "LBRACE", "}": "RBRACE", "[": "LBRACK", "]": "RBRACK", ",": "COMMA"}
-        return tuple(self._piece(("punct", c), lambda c=c: self.punct(c), names[c])
-                     for c in (open_ch, close_ch, ","))
+    @staticmethod
+    def item(first_item: bool, lead: str | None, comma: str, *symbols: str) -> tuple[str, ...]:
+        """The right-hand side of one container item: its separator (or the lead of the
+        first item) and its symbols."""
+        if first_item:
+            return symbols if lead is None else (lead, *symbols)
+        return (comma, *symbols)
+
+    def child(self, node: Any) -> str | None:
+        """``value`` of a container's item (one level deeper)."""
+        return self.value(node, self._depth + 1)
 
     def _piece(self, key: tuple, make, hint: str) -> str:
         """One lexeme per distinct piece (``key``), built once by ``make``."""
@@ -200,9 +221,9 @@ class SchemaCompiler:
     def build(self) -> GrammarIR:
         top = self.value(self.resolver.root)
         if top is None:
-            raise SchemaError("the schema accepts no JSON value at all", "")
-        if self.flexible:
-            ws = self.lex(self.ws, "WS") if self.max_ws > 0 else None
+            raise SchemaError("the schema accepts no JSON value at all" + self._cap_note(), "")
+        if self.layout.flexible:
+            ws = self.lex(self.layout.ws, "WS") if self.layout.max_ws > 0 else None
             if ws:
                 self.rule("start", ws, top, ws)
                 self.rule("start", ws, top)
@@ -213,17 +234,35 @@ class SchemaCompiler:
         ir = GrammarIR(self.rules, self.lexemes, "start", source="<json schema>",
                        meta={"relaxed": list(self.relaxed), "draft": self.draft,
                              "unknown_formats": [f"{p}: {f}" for p, f in self.unknown_formats.items()]})
-        ir = _prune_unproductive(ir)
+        try:
+            ir = _prune_unproductive(ir)
+        except SchemaError as exc:
+            raise SchemaError(exc.message + self._cap_note(), exc.pointer) from None
         try:
             return collapse_regular(ir, max_regex_nodes=self.max_lexeme_nodes, max_expanded=4000)
         except GrammarError:
             return ir
 
+    def _cap_note(self) -> str:
+        if not self._depth_capped:
+            return ""
+        return (f" within {MAX_INDENT_DEPTH} nested containers (with indent=, deeper containers are "
+                "left out of the grammar; use indent=None)")
+
     # -------------------------------------------------------------- schemas
 
-    def value(self, node: Any) -> str | None:
-        """Nonterminal for the instances valid under ``node`` (None: none are)."""
-        key = id(node)
+    def value(self, node: Any, depth: int | None = None) -> str | None:
+        """Nonterminal for the instances valid under ``node`` at ``depth`` (default: the
+        current one; only ``indent`` tells depths apart). None: no instance is valid."""
+        depth = (self._depth if depth is None else depth) if self.layout.by_depth else 0
+        saved, self._depth = self._depth, depth
+        try:
+            return self._value(node, depth)
+        finally:
+            self._depth = saved
+
+    def _value(self, node: Any, depth: int) -> str | None:
+        key = (id(node), depth)
         found = self._memo.get(key)
         if found is not None:
             return found[1]
@@ -232,7 +271,7 @@ class SchemaCompiler:
             name = self.fresh("v")
             self._memo[key] = (node, name)  # a cycle of bare references derives nothing
             target = self.resolver.resolve(node["$ref"], self.resolver.pointer(node) + "/$ref")
-            sym = self.value(target)
+            sym = self._value(target, depth)
             self._memo[key] = (node, sym)
             return sym
         name = self.fresh("v")
@@ -253,14 +292,14 @@ class SchemaCompiler:
 
     def _alternatives(self, node: Any) -> list[str]:
         if node is True:
-            return [self.any_value()]
+            return self.any_value()
         if node is False:
             return []
         if not isinstance(node, dict):
             raise SchemaError("a schema must be an object or a boolean", self.resolver.pointer(node))
         node = self.normalize(node, 0)
         if node is True:
-            return [self.any_value()]
+            return self.any_value()
         if node is False:
             return []
         return self._branches(node)
@@ -736,6 +775,8 @@ class SchemaCompiler:
         types = set(_types_of(node))
         if "enum" in node or "const" in node:
             return self._enum(node, types)
+        if self._too_deep() and types & {"array", "object"}:
+            types -= {"array", "object"}
         out = []
         excluded = node.get("__not_enum__", [])
         if "null" in types and not any(x is None for x in excluded):
@@ -758,6 +799,13 @@ class SchemaCompiler:
             out.extend(self._object(node))
         return out
 
+    def _too_deep(self) -> bool:
+        """Whether a container here would pass MAX_INDENT_DEPTH (then it is left out)."""
+        if self.layout.by_depth and self._depth >= MAX_INDENT_DEPTH:
+            self._depth_capped = True
+            return True
+        return False
+
     # ---- enum / const
 
     def _enum(self, node: dict, types: set[str]) -> list[str]:
@@ -778,7 +826,7 @@ class SchemaCompiler:
             kept.append(v)
         if not kept:
             return []
-        return [self.lex(alt([self.literal_value(v) for v in kept]), "ENUM")]
+        return [self.lex(alt([self.literal_value(v, self._depth) for v in kept]), "ENUM")]
 
     def _valid(self, value: Any, schema: Any) -> bool:
         """Whether ``value`` satisfies ``schema`` (refs already absolute), per jsonschema;
@@ -820,26 +868,24 @@ class SchemaCompiler:
             raise SchemaError(f"cannot evaluate enum value {value!r} against its sibling keywords: {exc}",
                               self.resolver.pointer(schema)) from None
 
-    def literal_value(self, v: Any) -> Regex:
-        """Canonical serialization of a JSON value (strings in every spelling)."""
+    def literal_value(self, v: Any, depth: int = 0) -> Regex:
+        """Canonical serialization of a JSON value at ``depth`` in the layout (strings in
+        every spelling)."""
         if isinstance(v, str):
             return strings.string_literal(v)
-        if isinstance(v, dict):
+        if isinstance(v, (dict, list)):
+            lay = self.layout
+            pairs = v.items() if isinstance(v, dict) else [(None, x) for x in v]
             items = []
-            for i, (k, x) in enumerate(v.items()):
-                if i:
-                    items.append(self.punct(","))
-                items.extend([strings.string_literal(k), self.punct(":"), self.literal_value(x)])
-            return seq([self.punct("{"), *items, self.punct("}")]) if items else \
-                seq([self.punct("{"), self.punct("}")]) if self.flexible else literal("{}")
-        if isinstance(v, list):
-            items = []
-            for i, x in enumerate(v):
-                if i:
-                    items.append(self.punct(","))
-                items.append(self.literal_value(x))
-            return seq([self.punct("["), *items, self.punct("]")]) if items else \
-                seq([self.punct("["), self.punct("]")]) if self.flexible else literal("[]")
+            for i, (k, x) in enumerate(pairs):
+                lead = lay.first(depth) if i == 0 else lay.comma(depth)
+                if lead is not None:
+                    items.append(lead)
+                if k is not None:
+                    items.extend([strings.string_literal(k), lay.colon()])
+                items.append(self.literal_value(x, depth + 1))
+            open_ch, close_ch = "{}" if isinstance(v, dict) else "[]"
+            return seq([lay.open(open_ch), *items, lay.close(close_ch, depth, not items)])
         if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer():
             # 2, 2.0, 2.00 are the same JSON number: every integral spelling without exponent
             text = str(int(v))
@@ -1073,7 +1119,7 @@ class SchemaCompiler:
             if key not in options:
                 schema = prefix[i] if i < len(prefix) else tail
                 if contains is None or (min_c == 0 and max_c is None):
-                    pairs = [(self.value(schema), 0)]
+                    pairs = [(self.child(schema), 0)]
                 else:
                     try:
                         negated = self.negate(contains, 0)
@@ -1081,8 +1127,8 @@ class SchemaCompiler:
                         detail = "" if contains_kw == "contains" else " (an items schema negated for not / oneOf)"
                         self.unsupported(contains_kw, node, f"its negation is not expressible{detail} ({exc})")
                         negated = True
-                    pairs = [(self.value(self.merge([schema, contains], node, 1)), 1),
-                             (self.value(self.merge([schema, negated], node, 1)), 0)]
+                    pairs = [(self.child(self.merge([schema, contains], node, 1)), 1),
+                             (self.child(self.merge([schema, negated], node, 1)), 0)]
                 options[key] = [(sym, inc) for sym, inc in pairs if sym is not None]
             return options[key]
 
@@ -1091,7 +1137,7 @@ class SchemaCompiler:
         last = hi if hi is not None else max(len(prefix), lo, 1)
         if last * (cap + 1) > MAX_UNROLL * 4 or last > MAX_UNROLL:
             raise CompileLimitError(f"array bounds need {last} x {cap + 1} states (limit {MAX_UNROLL})")
-        open_, close, comma = self.brackets("[", "]")
+        open_, lead, comma, close, close_empty = self.container("[", "]")
         names: dict[tuple[int, int], str] = {}
         todo: list[tuple[int, int]] = []
 
@@ -1107,7 +1153,7 @@ class SchemaCompiler:
             i, c = todo.pop()
             s = names[(i, c)]
             if i >= lo and c >= min_c:
-                self.rule(s, close)
+                self.rule(s, close if i else close_empty)
             if hi is not None and i >= hi:
                 continue
             # unbounded arrays: positions past `last` behave alike (same schema, not first)
@@ -1118,7 +1164,7 @@ class SchemaCompiler:
                     continue
                 if max_c is None:
                     c2 = min(c2, cap)
-                self.rule(s, *(() if i == 0 else (comma,)), sym, state(nxt_i, c2))
+                self.rule(s, *self.item(i == 0, lead, comma, sym, state(nxt_i, c2)))
         return [top]
 
     # ---- objects
@@ -1182,7 +1228,7 @@ class SchemaCompiler:
                 for compiled_patterns, part_additional in parts_dfas:
                     parts.extend([sub for _, d, sub in compiled_patterns if d.matches(name)] or [part_additional])
             schema = parts[0] if len(parts) == 1 else self.merge(parts, node, 1)
-            sym = self.value(schema)
+            sym = self.child(schema)
             if sym is None:
                 if name in required:
                     return []
@@ -1236,17 +1282,16 @@ class SchemaCompiler:
 
     def _extra_keys(self, kinds: list) -> str | None:
         """A symbol for one extra ``"key":value`` pair, from (key automaton, value schema)."""
-        colon = self.punct(":")
         extra = None
         for key, schema in kinds:
             if key.is_empty():
                 continue
-            sym = self.value(schema)
+            sym = self.child(schema)
             if sym is None:
                 continue
             if extra is None:
                 extra = self.fresh("extra")
-            self.rule(extra, self.lex(seq([strings.spelled(key), colon]), "KEY"), sym)
+            self.rule(extra, self.key(strings.spelled(key)), sym)
         return extra
 
     def _object_some_key(self, node: dict) -> list[str]:
@@ -1321,8 +1366,7 @@ class SchemaCompiler:
         and the extra-pair requirements met so far (a bitmask, see _object_some_key):
         ``specials`` = [(requirements met, extra pair symbol)], all ``n_required`` must be
         met before the object closes."""
-        colon = self.punct(":")
-        open_, close, comma = self.brackets("{", "}")
+        open_, lead, comma, close, close_empty = self.container("{", "}")
         cap = max(1, min_p, max_p or 0)
         if cap > MAX_UNROLL:
             raise CompileLimitError(f"min/maxProperties {cap} is above the limit {MAX_UNROLL}")
@@ -1341,7 +1385,7 @@ class SchemaCompiler:
         kv = [None] * n
         for i, (name, sym, _) in enumerate(entries):
             k = self.fresh("kv")
-            self.rule(k, self.lex(seq([strings.string_literal(name), colon]), "KEY"), sym)
+            self.rule(k, self.key(strings.string_literal(name)), sym)
             kv[i] = k
         top = self.fresh("object")
         todo: list[tuple] = []
@@ -1354,18 +1398,18 @@ class SchemaCompiler:
             if i < n:
                 name, sym, req = entries[i]
                 if can_add:
-                    self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(i + 1, nxt, seen))
+                    self.rule(s, *self.item(c == 0, lead, comma, kv[i], state(i + 1, nxt, seen)))
                 if not req:
                     self.rule(s, state(i + 1, c, seen))
                 continue
             # after the declared entries: extras, then the closing brace
             if c >= min_p and seen == full:
-                self.rule(s, close)
+                self.rule(s, close if c else close_empty)
             if extra is not None and can_add:
-                self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(n, nxt, seen))
+                self.rule(s, *self.item(c == 0, lead, comma, extra, state(n, nxt, seen)))
             if can_add:
                 for mask, special in specials:
-                    self.rule(s, *((special,) if c == 0 else (comma, special)), state(n, nxt, seen | mask))
+                    self.rule(s, *self.item(c == 0, lead, comma, special, state(n, nxt, seen | mask)))
         return [top]
 
     def _object_any_order(self, entries, extra, min_p: int, max_p: int | None,
@@ -1373,12 +1417,11 @@ class SchemaCompiler:
         if len(entries) > 8:
             raise CompileLimitError(f"property_order='any' with {len(entries)} properties "
                                     "(limit 8: every subset becomes a state)")
-        colon = self.punct(":")
-        open_, close, comma = self.brackets("{", "}")
+        open_, lead, comma, close, close_empty = self.container("{", "}")
         kv = []
         for name, sym, _ in entries:
             k = self.fresh("kv")
-            self.rule(k, self.lex(seq([strings.string_literal(name), colon]), "KEY"), sym)
+            self.rule(k, self.key(strings.string_literal(name)), sym)
             kv.append(k)
         req_mask = sum(1 << i for i, e in enumerate(entries) if e[2])
         cap = max(1, min_p, max_p or 0)
@@ -1401,16 +1444,16 @@ class SchemaCompiler:
             can_add = max_p is None or c + 1 <= max_p
             nxt = c + 1 if max_p is not None else min(c + 1, cap)
             if mask & req_mask == req_mask and c >= min_p and seen == full:
-                self.rule(s, close)
+                self.rule(s, close if c else close_empty)
             if not can_add:
                 continue
             for i in range(len(entries)):
                 if not mask & (1 << i):
-                    self.rule(s, *((kv[i],) if c == 0 else (comma, kv[i])), state(mask | (1 << i), nxt, seen))
+                    self.rule(s, *self.item(c == 0, lead, comma, kv[i], state(mask | (1 << i), nxt, seen)))
             if extra is not None:
-                self.rule(s, *((extra,) if c == 0 else (comma, extra)), state(mask, nxt, seen))
+                self.rule(s, *self.item(c == 0, lead, comma, extra, state(mask, nxt, seen)))
             for met, special in specials:
-                self.rule(s, *((special,) if c == 0 else (comma, special)), state(mask, nxt, seen | met))
+                self.rule(s, *self.item(c == 0, lead, comma, special, state(mask, nxt, seen | met)))
         return [top]
 
     def _object_cases(self, node: dict, dep_req: dict, dep_schemas: dict) -> list[str]:
@@ -1449,27 +1492,32 @@ class SchemaCompiler:
 
     # ---- any JSON value
 
-    def any_value(self) -> str:
-        if ("any",) in self._pieces:
-            return self._pieces[("any",)]
+    def any_value(self) -> list[str]:
+        """Alternatives for any JSON value at the current depth (with ``indent``, values
+        deeper than MAX_INDENT_DEPTH are scalars)."""
+        d = self._depth
+        if ("any", d) in self._pieces:
+            return [self._pieces[("any", d)]]
         v = self.fresh("any")
-        self._pieces[("any",)] = v
-        open_o, close_o, comma = self.brackets("{", "}")
-        open_a, close_a, _ = self.brackets("[", "]")
-        scalar = self.lex(alt([literal("null"), literal("true"), literal("false"), numbers.NUMBER,
-                               strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None))]), "SCALAR")
-        key = self.lex(seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)), self.punct(":")]), "KEY")
-        members, elements = self.fresh("members"), self.fresh("elements")
+        self._pieces[("any", d)] = v
+        scalar = self._piece(("scalar",), lambda: alt([
+            literal("null"), literal("true"), literal("false"), numbers.NUMBER,
+            strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None))]), "SCALAR")
         self.rule(v, scalar)
-        self.rule(v, open_o, close_o)
-        self.rule(v, open_o, members, close_o)
-        self.rule(members, key, v)
-        self.rule(members, members, comma, key, v)
-        self.rule(v, open_a, close_a)
-        self.rule(v, open_a, elements, close_a)
-        self.rule(elements, v)
-        self.rule(elements, elements, comma, v)
-        return v
+        if self._too_deep():
+            return [v]
+        key = self._piece(("any_key",), lambda: seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)),
+                                                     self.layout.colon()]), "KEY")
+        inner = self.child(True)
+        for open_ch, close_ch in ("{}", "[]"):
+            open_, lead, comma, close, close_empty = self.container(open_ch, close_ch)
+            items = self.fresh("members" if open_ch == "{" else "elements")
+            entry = (key, inner) if open_ch == "{" else (inner,)
+            self.rule(v, open_, close_empty)
+            self.rule(v, open_, *((lead,) if lead else ()), items, close)
+            self.rule(items, *entry)
+            self.rule(items, items, comma, *entry)
+        return [v]
 
 
 # ------------------------------------------------------------------ helpers

@@ -1,0 +1,153 @@
+"""The JSON layout options of Grammar.from_json_schema (whitespace / separators / indent):
+what ``json.dumps`` writes with the same options is accepted, and the same text with one
+whitespace change is not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import gramgen
+from gramgen.grammar.json_schema.compiler import MAX_INDENT_DEPTH
+from jsonschema_harness import BYTE_VOCAB, accepts
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                   "tags": {"type": "array", "items": {"type": "string"}},
+                   "address": {"type": "object", "properties": {"city": {"type": "string"},
+                                                                "zip": {"type": "string"}},
+                               "required": ["city"]}},
+    "required": ["name", "age"],
+}
+TREE = {"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
+                                                            "children": {"type": "array",
+                                                                         "items": {"$ref": "#/$defs/node"}}},
+                           "required": ["value"], "additionalProperties": False}},
+        "$ref": "#/$defs/node"}
+
+#: (schema, values it allows, in the order the grammar emits their keys)
+CASES = [
+    (PERSON, [{"name": "Ada", "age": 36},
+              {"name": "Ada", "age": 36, "tags": ["x", "é y"], "address": {"city": "London", "zip": "N1"}},
+              {"name": "", "age": -1, "tags": [], "address": {"city": "a"}},
+              {"name": "B", "age": 2, "address": {"city": "c"}, "extra": {"k": [1, {}, [], None]}}]),
+    ({"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+     [[], [[]], [[1, 2.5], [], [-3]]]),
+    ({"enum": [{"a": [1, 2], "b": {}}, [1, {"c": []}], "x", None]},
+     [{"a": [1, 2], "b": {}}, [1, {"c": []}], "x", None]),
+    ({"type": "object", "properties": {"k": {"const": {"deep": {"er": [True, False]}}}}, "required": ["k"]},
+     [{"k": {"deep": {"er": [True, False]}}}]),
+    ({"anyOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "n": {"type": "integer"}},
+                 "required": ["kind"]},
+                {"type": "array", "items": {"type": "boolean"}, "minItems": 1}]},
+     [{"kind": "a"}, {"kind": "a", "n": 3}, [True], [False, True]]),
+    (TREE, [{"value": 1}, {"value": 1, "children": []},
+            {"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}, {"value": 4}]}]),
+    (True, [1, "s", None, [], {}, {"a": [1, {"b": [[]]}]}, [[[{"x": {}}]]]]),
+    ({"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
+     [{}, {"a": []}, {"a": [1], "b": [2, 3]}]),
+]
+
+#: (from_json_schema options, the matching json.dumps options)
+LAYOUTS = [
+    ({}, {"separators": (",", ":")}),
+    ({"whitespace": "compact"}, {"separators": (",", ":")}),
+    ({"whitespace": "standard"}, {}),
+    ({"separators": (" ,", " : ")}, {"separators": (" ,", " : ")}),
+    ({"whitespace": "standard", "separators": (",", ":")}, {"separators": (",", ":")}),
+    ({"indent": 2}, {"indent": 2}),
+    ({"indent": 0}, {"indent": 0}),
+    ({"indent": "\t"}, {"indent": "\t"}),
+    ({"indent": 4, "separators": (", ", ": ")}, {"indent": 4, "separators": (", ", ": ")}),
+    ({"indent": 1, "separators": (",", ":")}, {"indent": 1, "separators": (",", ":")}),
+]
+
+
+def _perturbations(text: str) -> set[str]:
+    """``text`` with one whitespace change: a space added after each kind of punctuation
+    (outside strings), one whitespace character removed, a newline doubled."""
+    out = set()
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{}[],:":
+            out.add(text[:i + 1] + " " + text[i + 1:])
+            out.add(text[:i] + " " + text[i:])
+        elif ch in " \t\n":
+            out.add(text[:i] + text[i + 1:])
+            out.add(text[:i] + ch + text[i:])
+    out.discard(text)
+    return out
+
+
+@pytest.mark.parametrize("options,dumps", LAYOUTS, ids=[repr(o) for o, _ in LAYOUTS])
+def test_json_dumps_layout_exactly(options, dumps):
+    for schema, values in CASES:
+        cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, **options), BYTE_VOCAB)
+        for value in values:
+            text = json.dumps(value, ensure_ascii=False, **dumps)
+            assert accepts(cg, text.encode()), (schema, options, text)
+            for bad in sorted(_perturbations(text)):
+                assert not accepts(cg, bad.encode()), (schema, options, text, bad)
+
+
+def test_standard_is_json_dumps_default():
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(PERSON, whitespace="standard"), BYTE_VOCAB)
+    assert accepts(cg, b'{"name": "Ada", "age": 36, "tags": ["a", "b"]}')
+    assert not accepts(cg, b'{"name":"Ada","age":36}')
+    assert not accepts(cg, b'{"name": "Ada" , "age": 36}')
+
+
+def test_default_whitespace_is_one_constant():
+    from gramgen.grammar.json_schema import compiler
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"type": "array"}), BYTE_VOCAB)
+    expected = json.dumps([1, 2], **({"separators": (",", ":")} if compiler.DEFAULT_WHITESPACE == "compact" else {}))
+    assert accepts(cg, expected.encode())
+
+
+def test_indent_depth_bound():
+    """Past MAX_INDENT_DEPTH nested containers the grammar has no containers (it never
+    guesses a layout); a schema that needs deeper ones says why it is empty."""
+    deep = 0
+    for _ in range(MAX_INDENT_DEPTH + 1):
+        deep = [deep]
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(True, indent=2), BYTE_VOCAB)
+    assert accepts(cg, json.dumps(deep[0], indent=2).encode())
+    assert not accepts(cg, json.dumps(deep, indent=2).encode())
+    chain = {"type": "array", "items": {"$ref": "#"}, "minItems": 1}
+    with pytest.raises(gramgen.SchemaError, match="nested containers"):
+        gramgen.Grammar.from_json_schema(chain, indent=2)
+
+
+@pytest.mark.parametrize("options,fragment", [
+    ({"whitespace": "pretty"}, "whitespace"),
+    ({"whitespace": "flexible", "indent": 2}, "flexible"),
+    ({"whitespace": "flexible", "separators": (",", ":")}, "flexible"),
+    ({"separators": ", "}, "separators"),
+    ({"separators": (",", ":", " ")}, "separators"),
+    ({"separators": (";", ":")}, "item separator"),
+    ({"separators": (",", "=")}, "key separator"),
+    ({"separators": (", x", ": ")}, "item separator"),
+    ({"separators": (",", None)}, "key separator"),
+    ({"indent": -1}, "indent"),
+    ({"indent": True}, "indent"),
+    ({"indent": 1.5}, "indent"),
+    ({"indent": "--"}, "indent"),
+    ({"indent": 10**9}, "indent"),
+    ({"max_whitespace": -1}, "max_whitespace"),
+    ({"max_whitespace": "3"}, "max_whitespace"),
+])
+def test_bad_layout_options(options, fragment):
+    with pytest.raises(gramgen.ConfigurationError, match=fragment):
+        gramgen.Grammar.from_json_schema({"type": "object"}, **options)
