@@ -4,6 +4,7 @@ each error), grammar files by suffix, and the grammars shipped inside the packag
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -108,24 +109,51 @@ def test_json_that_is_no_object_or_bool(text):
 
 
 def test_str_that_is_neither_json_nor_a_file(tmp_path):
-    missing = str(tmp_path / "missing.json")
-    with pytest.raises(SchemaError, match="neither JSON text nor an existing file") as info:
-        read_schema(missing)
-    assert "missing.json" in str(info.value)
-    deep = str(tmp_path.joinpath(*["folder"] * 30, "missing.json"))  # a long path: its end is kept
-    with pytest.raises(SchemaError, match=r"missing\.json' is neither JSON text"):
-        read_schema(deep)
     with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
         read_schema("type: object")
     with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
         read_schema("x" * 5000)  # too long a name for the file system: not a file either
-    with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
-        read_schema(str(tmp_path))  # a folder is no file
+    with pytest.raises(SchemaError, match="neither JSON text nor an existing file") as info:
+        read_schema("person")
+    assert "'person'" in str(info.value)
+
+
+def test_a_str_that_looks_like_a_path_is_read_as_one(tmp_path):
+    """A str ending in .json or holding a separator (and no ``{``) is a path: a missing one
+    says so, even when it starts like JSON (it said "not valid JSON" for ``[draft]/s.json``)."""
+    missing = str(tmp_path / "missing.json")
+    with pytest.raises(SchemaError, match="the schema file .*missing.json does not exist"):
+        read_schema(missing)
+    with pytest.raises(SchemaError, match=r"the schema file \[draft\]/person.json does not exist"):
+        read_schema("[draft]/person.json")
+    with pytest.raises(SchemaError, match="the schema file person.json does not exist"):
+        read_schema("person.json")
+    with pytest.raises(SchemaError, match="does not exist"):
+        read_schema("schemas/person")
+    deep = str(tmp_path.joinpath(*["folder"] * 30, "missing.json"))  # a long path: its end is kept
+    with pytest.raises(SchemaError, match=r"\.\.\..*folder/missing\.json does not exist"):
+        read_schema(deep)
+    with pytest.raises(SchemaError, match="is a folder, not a file"):
+        read_schema(str(tmp_path))
+    # JSON text is still JSON text, whatever it holds
+    with pytest.raises(SchemaError, match="list JSON"):
+        read_schema('["a/b.json"]')
+    assert read_schema('{"pattern": "a/b"}').value == {"pattern": "a/b"}
+    with pytest.raises(SchemaError, match=r"not valid JSON: .*line 1, column 2"):
+        read_schema("[oops")
+    odd = tmp_path / "[x].json"  # an existing file whose name starts like JSON
+    odd.write_text('{"type": "null"}')
+    assert read_schema(str(odd)).value == {"type": "null"}
 
 
 def test_missing_path_object(tmp_path):
-    with pytest.raises(SchemaError, match="cannot read the schema file .*missing.json"):
+    with pytest.raises(SchemaError, match="the schema file .*missing.json does not exist"):
         read_schema(tmp_path / "missing.json")
+    with pytest.raises(SchemaError, match="is a folder"):
+        read_schema(tmp_path)
+    (tmp_path / "latin1.json").write_bytes(b'{"description": "caf\xe9"}')
+    with pytest.raises(SchemaError, match="latin1.json is not UTF-8"):
+        read_schema(tmp_path / "latin1.json")
 
 
 def test_class_that_is_not_a_pydantic_model():
@@ -148,7 +176,7 @@ def test_key_of_a_value_that_is_no_json_data():
 
 
 def test_schema_errors_reach_from_json_schema(tmp_path):
-    with pytest.raises(SchemaError, match="neither JSON text nor an existing file"):
+    with pytest.raises(SchemaError, match="nope.json does not exist"):
         gramgen.Grammar.from_json_schema(str(tmp_path / "nope.json"))
     with pytest.raises(SchemaError, match=r"line 1, column 2"):
         gramgen.Grammar.from_json_schema("{oops")
@@ -173,10 +201,30 @@ def test_grammar_files_by_suffix(tmp_path):
     assert gramgen.Grammar.from_file(str(gbnf), start="top").ir.start == "top"
     with pytest.raises(GrammarError, match="unknown grammar file suffix '.txt'"):
         gramgen.Grammar.from_file(tmp_path / "g.txt")
-    with pytest.raises(GrammarError, match="cannot read the grammar file"):
-        gramgen.Grammar.from_file(tmp_path / "missing.lark")
+    (tmp_path / "s.json").write_text('{"type": "null"}')
     with pytest.raises(ConfigurationError, match="start"):
         gramgen.Grammar.from_file(tmp_path / "s.json", start="root")
+
+
+def test_missing_grammar_files_and_folders_are_configuration_errors(tmp_path):
+    """Each names the path (a missing file was a GrammarError at 1:1, a folder an
+    "unknown suffix ''")."""
+    for name in ("missing.lark", "missing.gbnf", "missing.json"):
+        with pytest.raises(ConfigurationError, match=f"the grammar file .*{name} does not exist"):
+            gramgen.Grammar.from_file(tmp_path / name)
+        with pytest.raises(ConfigurationError, match=f"{name} does not exist"):
+            gramgen.Grammar.from_file(str(tmp_path / name))
+    with pytest.raises(ConfigurationError, match=re.escape(f"{tmp_path} is a folder, not a file")):
+        gramgen.Grammar.from_file(tmp_path)
+    (tmp_path / "g.lark").mkdir()
+    with pytest.raises(ConfigurationError, match="g.lark is a folder, not a file"):
+        gramgen.Grammar.from_file(str(tmp_path / "g.lark"))
+    with pytest.raises(ConfigurationError, match="str or os.PathLike"):
+        gramgen.Grammar.from_file(None)  # type: ignore[arg-type]
+    # a file that is not UTF-8: the line and column of the bad byte
+    (tmp_path / "latin1.lark").write_bytes(b'start: "a"\n// caf\xe9\n')
+    with pytest.raises(GrammarError, match=r"latin1.lark:2:7: the grammar file is not UTF-8"):
+        gramgen.Grammar.from_file(tmp_path / "latin1.lark")
 
 
 # ------------------------------------------------------------------ shipped grammars

@@ -49,14 +49,16 @@ def read_schema(schema: SchemaLike) -> SchemaSource:
     - a dict or a bool: the schema itself (not copied);
     - a pydantic model class (anything with ``model_json_schema()``): its JSON Schema;
     - JSON text, as ``str`` or ``bytes``;
-    - a path to a file of JSON text: an ``os.PathLike``, or a ``str`` that does not look
-      like JSON text (which starts with ``{`` or ``[``, or is ``true`` / ``false``);
+    - a path to a file of JSON text: an ``os.PathLike``, or a ``str`` that is not JSON
+      text (which starts with ``{`` or ``[``, or is ``true`` / ``false``);
     - a :class:`SchemaSource`, returned as it is.
 
     Raises :class:`~gramgen.SchemaError` for anything else, with what went wrong: JSON
     text that does not parse (with line and column), JSON that is neither an object nor
-    a boolean, a ``str`` that is neither JSON text nor an existing file, a file that
-    cannot be read, a class that is not a pydantic model, an argument of another type.
+    a boolean, a path that does not exist or is a folder (a ``str`` counts as a path
+    when it ends in ``.json`` or holds a path separator and no ``{``), a ``str`` that is
+    neither JSON text nor an existing file, a file that cannot be read, a class that is
+    not a pydantic model, an argument of another type.
     """
     if isinstance(schema, SchemaSource):
         return schema
@@ -73,11 +75,20 @@ def read_schema(schema: SchemaLike) -> SchemaSource:
     if isinstance(schema, bytes):
         return SchemaSource(_parse(schema, "schema"))
     if isinstance(schema, str):
-        if _looks_like_json(schema):
-            return SchemaSource(_parse(schema, "schema"))
+        path_like = _looks_like_path(schema)
+        if _looks_like_json(schema) and not (path_like and _is_file(schema)):
+            try:
+                value = json.loads(schema)
+            except json.JSONDecodeError:
+                if not path_like:  # ("[draft]/person.json" is a path that starts like JSON)
+                    _parse(schema, "schema")  # raises, with line and column
+            else:
+                return SchemaSource(_checked(value, "schema"))
         if _is_file(schema):
             return SchemaSource(_parse(_read_file(Path(schema)), f"schema file {schema}"))
         shown = schema if len(schema) <= 200 else f"{schema[:120]}...{schema[-60:]}"  # a path's end names the file
+        if path_like:
+            _read_file(Path(schema))  # raises: it does not exist, or is a folder
         raise SchemaError(f"schema {shown!r} is neither JSON text nor an existing file")
     raise SchemaError(f"cannot read a schema from {type(schema).__name__}: expected a dict, a bool, "
                       "JSON text (str or bytes), a path or a pydantic model class")
@@ -86,6 +97,14 @@ def read_schema(schema: SchemaLike) -> SchemaSource:
 def _looks_like_json(text: str) -> bool:
     stripped = text.strip()
     return stripped.startswith(("{", "[")) or stripped in ("true", "false")
+
+
+def _looks_like_path(text: str) -> bool:
+    """A str meant as a file name: it ends in ``.json`` or holds a path separator, and
+    no ``{`` (JSON text of a schema object always does)."""
+    stripped = text.strip()
+    return "{" not in stripped and (stripped.lower().endswith(".json") or "/" in stripped
+                                    or os.sep in stripped)
 
 
 def _is_file(text: str) -> bool:
@@ -98,8 +117,21 @@ def _is_file(text: str) -> bool:
 def _read_file(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SchemaError(f"cannot read the schema file {path}: {exc}") from None
+    except FileNotFoundError:
+        raise SchemaError(f"the schema file {_shown(path)} does not exist") from None
+    except IsADirectoryError:
+        raise SchemaError(f"the schema path {_shown(path)} is a folder, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"the schema file {_shown(path)} is not UTF-8 text: byte {exc.start} "
+                          f"is {exc.object[exc.start:exc.start + 1]!r}") from None
+    except (OSError, ValueError) as exc:  # no permission, a NUL byte in the name
+        raise SchemaError(f"cannot read the schema file {_shown(path)}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _shown(path: str | os.PathLike) -> str:
+    """A path for a message; a long one keeps its end, which names the file."""
+    text = os.fspath(path)
+    return text if len(text) <= 200 else f"{text[:120]}...{text[-60:]}"
 
 
 def _parse(text: str | bytes, what: str) -> dict | bool:
@@ -127,22 +159,51 @@ SUFFIXES: dict[str, GrammarFormat] = {".lark": "lark", ".gbnf": "gbnf", ".ebnf":
 
 
 def grammar_format(path: str | os.PathLike) -> GrammarFormat:
-    """The format of a grammar file by its suffix (see :data:`SUFFIXES`); GrammarError
-    for another suffix."""
-    suffix = Path(path).suffix.lower()
+    """The format of the grammar file ``path`` by its suffix (see :data:`SUFFIXES`).
+
+    Raises ConfigurationError naming the path when it is not a str or path, is a folder
+    or does not exist, and GrammarError for another suffix."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigurationError(f"a grammar file path must be a str or os.PathLike, not {type(path).__name__}")
+    where = Path(path)
+    if _is_dir(where):
+        raise ConfigurationError(f"the grammar path {_shown(path)} is a folder, not a file")
+    suffix = where.suffix.lower()
     found = SUFFIXES.get(suffix)
     if found is None:
         raise GrammarError(f"unknown grammar file suffix {suffix!r} (expected {', '.join(SUFFIXES)})",
                            source=os.fspath(path))
+    if not _is_file(os.fspath(path)):
+        raise ConfigurationError(f"the grammar file {_shown(path)} does not exist")
     return found
 
 
-def read_grammar_file(path: str | os.PathLike) -> str:
-    """The text of a grammar file (UTF-8); GrammarError naming the file when it cannot be read."""
+def _is_dir(path: Path) -> bool:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GrammarError(f"cannot read the grammar file: {exc}", source=os.fspath(path)) from exc
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def read_grammar_file(path: str | os.PathLike) -> str:
+    """The text of a grammar file (UTF-8). ConfigurationError naming the file when it
+    cannot be read; GrammarError at the line and column of a byte that is not UTF-8."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigurationError(f"the grammar file {_shown(path)} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigurationError(f"the grammar path {_shown(path)} is a folder, not a file") from None
+    except (OSError, ValueError) as exc:  # no permission, a NUL byte in the name
+        raise ConfigurationError(f"cannot read the grammar file {_shown(path)}: "
+                                 f"{getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise GrammarError(f"the grammar file is not UTF-8: byte {data[exc.start:exc.start + 1]!r}",
+                           line, column, source=os.fspath(path)) from None
 
 
 # -- grammars shipped in the package ---------------------------------------------------------

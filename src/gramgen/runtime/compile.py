@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from numbers import Integral
 
+from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError
 from ..grammar.grammar import Grammar
 from .compiled import CompiledGrammar
@@ -74,12 +75,15 @@ def compile(grammar: Grammar, vocab, options: CompileOptions | None = None, *,
     ``compile(g, vocab, precompute=True)`` is ``compile(g, vocab, CompileOptions(precompute=True))``.
 
     Raises :class:`~gramgen.errors.ConfigurationError` when ``grammar`` is not a
-    :class:`~gramgen.Grammar`, ``options`` not a :class:`CompileOptions` or an option
-    value is invalid, :class:`~gramgen.GrammarError` when a lexeme cannot be compiled and
+    :class:`~gramgen.Grammar`, ``vocab`` not a :class:`~gramgen.Vocabulary`, ``options``
+    not a :class:`CompileOptions` or an option value is invalid, :class:`~gramgen.GrammarError` when a lexeme cannot be compiled and
     :class:`~gramgen.CompileLimitError` when its DFA exceeds ``max_dfa_states``.
     """
     if not isinstance(grammar, Grammar):
         raise ConfigurationError(f"compile() expects a gramgen.Grammar, not {type(grammar).__name__}")
+    if not isinstance(vocab, Vocabulary):
+        raise ConfigurationError(f"compile() expects a gramgen.Vocabulary (e.g. Vocabulary.from_huggingface"
+                                 f"(tokenizer)), not {type(vocab).__name__}")
     if options is None:
         options = CompileOptions()
     elif not isinstance(options, CompileOptions):
