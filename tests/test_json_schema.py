@@ -8,6 +8,7 @@ import random
 import re
 from decimal import Decimal
 
+import jsonschema
 import pytest
 
 import gramgen
@@ -577,6 +578,75 @@ def test_pydantic_model_and_json_text_inputs():
     assert accepts(any_order, b'{"age":36,"name":"Ada"}') and not accepts(any_order, b'{"age":36}')
     text = gramgen.Grammar.from_json_schema(json.dumps(Person.model_json_schema()))
     assert accepts(gramgen.compile(text, BYTE_VOCAB), b'{"name":"","age":-1}')
+
+
+# ------------------------------------------------------------------ strict
+
+
+STRICT_CASES = [
+    # (schema, accepted under strict=True, refused under strict=True but valid JSON Schema)
+    ({"type": "object", "properties": {"a": {"type": "integer"}}}, ['{"a":1}', "{}"], ['{"a":1,"z":2}', '{"z":2}']),
+    # parts merged by allOf / anyOf / $ref: names declared by any part
+    ({"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}, ['{"a":1,"b":2}'], ['{"a":1,"b":2,"z":3}']),
+    ({"properties": {"k": {"type": "string"}}, "anyOf": [{"properties": {"x": {"type": "integer"}}}]},
+     ['{"k":"a","x":1}'], ['{"k":"a","x":1,"z":2}']),
+    ({"$defs": {"P": {"type": "object", "properties": {"a": {}}}}, "properties": {"p": {"$ref": "#/$defs/P"}}},
+     ['{"p":{"a":1}}'], ['{"p":{"a":1,"z":2}}', '{"p":{},"z":1}']),
+    ({"type": "object", "properties": {"a": {}}, "dependentRequired": {"a": ["b"]}},
+     ['{"a":1,"b":2}', "{}"], ['{"a":1,"b":2,"z":3}', '{"a":1}']),
+    # names listed in required are declared; patternProperties keep their names
+    ({"type": "object", "required": ["name"]}, ['{"name":[1]}'], ['{"name":1,"z":2}']),
+    ({"type": "object", "properties": {"a": {}}, "patternProperties": {"^x": {"type": "integer"}}},
+     ['{"a":1,"x1":2}'], ['{"a":1,"y":2}', '{"x1":"s"}']),
+    # explicit additionalProperties / unevaluatedProperties keep their meaning
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": True}, ['{"a":1,"z":2}'], []),
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "integer"}},
+     ['{"a":1,"z":2}'], ['{"z":"s"}']),
+    ({"type": "object", "properties": {"a": {}}, "unevaluatedProperties": {"type": "integer"}},
+     ['{"a":1,"z":2}'], ['{"z":"s"}']),
+    ({"allOf": [{"properties": {"a": {}}, "additionalProperties": True}, {"properties": {"b": {}}}]},
+     ['{"a":1,"b":2,"z":3}'], []),
+    # a schema without assertions is any value
+    ({"type": "object", "properties": {"a": {"description": "anything"}}}, ['{"a":{"q":[1]}}'], []),
+]
+
+
+@pytest.mark.parametrize("index", range(len(STRICT_CASES)))
+def test_strict_refuses_only_undeclared_names(index):
+    schema, good, bad = STRICT_CASES[index]
+    strict = gramgen.compile(gramgen.Grammar.from_json_schema(schema, strict=True), BYTE_VOCAB)
+    standard = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    validator = jsonschema.Draft202012Validator(schema)
+    for text in good:
+        assert validator.is_valid(json.loads(text)) and accepts(strict, text.encode()), text
+    for text in bad:
+        assert not accepts(strict, text.encode()), text
+        assert validator.is_valid(json.loads(text)) == accepts(standard, text.encode()), text
+
+
+def test_strict_pydantic_models_get_no_extra_keys():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Author(pydantic.BaseModel):
+        name: str
+
+    class Book(pydantic.BaseModel):
+        title: str
+        author: Author
+        year: int
+
+    class Open(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="allow")
+        title: str
+
+    book = gramgen.compile(gramgen.Grammar.from_json_schema(Book, strict=True), BYTE_VOCAB)
+    assert accepts(book, b'{"title":"Dune","author":{"name":"Frank Herbert"},"year":1965}')
+    assert not accepts(book, b'{"title":"Dune","author":{"name":"Frank Herbert"},"year":1965,"cover":""}')
+    assert not accepts(book, b'{"title":"Dune","author":{"name":"Frank Herbert","born":1920},"year":1965}')
+    assert accepts(gramgen.compile(gramgen.Grammar.from_json_schema(Book), BYTE_VOCAB),
+                   b'{"title":"Dune","author":{"name":"F"},"year":1965,"cover":""}')
+    open_ = gramgen.compile(gramgen.Grammar.from_json_schema(Open, strict=True), BYTE_VOCAB)
+    assert accepts(open_, b'{"title":"Dune","cover":""}')
 
 
 def test_flexible_whitespace_is_bounded():

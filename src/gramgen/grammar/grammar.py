@@ -12,7 +12,7 @@ from .gbnf import gbnf_to_ir
 from .ir import GrammarIR, Rule
 from .json_schema.compiler import DEFAULT_WHITESPACE, json_schema_to_ir
 from .lark import lark_to_ir
-from .regex import parse_regex
+from .regex import parse_ecma_regex, parse_regex
 from .sources import SchemaLike, builtin_grammar_text, grammar_format, read_grammar_file, read_schema
 
 
@@ -45,9 +45,31 @@ class Grammar:
         return cls(gbnf_to_ir(text, start=start, source=source))
 
     @classmethod
-    def from_regex(cls, pattern: str, flags: int = 0, *, source: str = "<regex>") -> Grammar:
-        """The strings that fully match a Python regular expression."""
-        rx = parse_regex(pattern, flags, source=source)
+    def from_regex(cls, pattern: str, flags: int | str = 0, *,
+                   flavor: Literal["python", "ecma"] = "python", source: str = "<regex>") -> Grammar:
+        """The strings that the whole regular expression matches.
+
+        ``flavor="python"``: Python ``re`` syntax and meaning (``re.fullmatch(pattern, s,
+        flags)``); ``flags`` is an ``re`` flag int or letters ``"imsxua"``.
+        ``flavor="ecma"``: ECMA-262 (JavaScript with the ``u`` flag, as JSON Schema's
+        ``pattern`` and the peers read regexes), matched from end to end; ``flags`` is
+        letters of ``"ims"`` (``d g u y`` change nothing) or ``re.I`` / ``re.M`` / ``re.S``.
+
+        Raises :class:`~gramgen.errors.GrammarError` (line and column in the pattern) for
+        a malformed pattern or a construct that is not regular (backreferences,
+        lookarounds, ``\\b``), :class:`~gramgen.errors.ConfigurationError` for a bad
+        ``flavor`` or ``flags``."""
+        if not isinstance(pattern, str):
+            raise ConfigurationError(f"pattern must be a str, not {type(pattern).__name__}")
+        if flavor == "ecma":
+            rx = parse_ecma_regex(pattern, flags, source=source)
+        elif flavor == "python":
+            if isinstance(flags, bool) or not isinstance(flags, (int, str)):
+                raise ConfigurationError(f"flags must be an re flag int or a string of flag letters, "
+                                         f"not {type(flags).__name__}")
+            rx = parse_regex(pattern, flags, source=source)
+        else:
+            raise ConfigurationError(f"flavor must be 'python' or 'ecma', not {flavor!r}")
         ir = GrammarIR(rules=[Rule("start", ("REGEX",))], lexemes={"REGEX": rx},
                        start="start", source=source)
         return cls(ir)
@@ -92,7 +114,11 @@ class Grammar:
             "schema": declared properties in the order of the schema; "any": in every
             order (up to 8 per object).
         strict : bool
-            True: an absent ``additionalProperties`` means false (the specification says true).
+            True: an object may hold only the names its schema declares (``properties``,
+            ``required``, names matching ``patternProperties``, across ``allOf`` / ``$ref`` /
+            ``anyOf`` parts) unless the schema explicitly sets ``additionalProperties`` or
+            ``unevaluatedProperties``, which keep their meaning; a schema with no assertions
+            (``{}``) stays any value. False: the specification (absent means true).
         refs : mapping of str to schema, optional
             Documents for remote ``$ref`` URIs; references are never fetched.
         draft : {4, 6, 7, 2019, 2020}, optional

@@ -388,7 +388,10 @@ class SchemaCompiler:
             names.extend(k for k in p.get("properties", {}) if k not in names)
         merged["properties"] = {name: _all_of([c for p in obj for c in _name_constraints(p, name)])
                                 for name in names}
-        merged["additionalProperties"] = _all_of([p.get("additionalProperties", True) for p in obj])
+        if any("additionalProperties" in p for p in obj) or not self.strict:
+            merged["additionalProperties"] = _all_of([p.get("additionalProperties", True) for p in obj])
+        # else (strict, no part says): absent, so names that no part declares or matches are
+        # refused, as ``unevaluatedProperties: false`` over the parts would
         merged.pop("patternProperties", None)
         # a name that no part declares is checked by each part on its own: against that
         # part's matching patterns, or else its additionalProperties (see _key_regions)
@@ -763,7 +766,7 @@ class SchemaCompiler:
         plain = not any(k in node for k in ("patternProperties", "__pp_parts__", "unevaluatedProperties",
                                             "dependentSchemas", "dependencies", "allOf", "anyOf", "oneOf",
                                             "not", "if", "$ref"))
-        if plain and node.get("additionalProperties") is False:
+        if plain and self._additional(node) is False:
             names = (True, frozenset(k for k, v in props.items() if v is not False))
         else:
             names = (False, frozenset(k for k, v in props.items() if v is False))
@@ -1190,15 +1193,16 @@ class SchemaCompiler:
             return self._object_some_key(node)
         # [(name automaton, value schema)]: for each, some extra pair must have such a name and value
         some = node.get("__some_extra__")
-        additional = node.get("additionalProperties", False if self.strict else True)
+        additional = self._additional(node)
         patterns = node.get("patternProperties", {})
         names_dfa = self.string_dfa(node["propertyNames"]) if "propertyNames" in node else None
         min_p = self._count(node, "minProperties", 0)
         max_p = self._count(node, "maxProperties", None)
         if max_p is not None and max_p < min_p:
             return []
-        # each part: (its patterns as (pattern, key automaton, schema), its additionalProperties)
-        pp_parts = node.get("__pp_parts__") or [((), patterns, additional)]
+        # each part: (its patterns as (pattern, key automaton, schema), its additionalProperties
+        # as written: a name listed in `required` is declared, also under strict)
+        pp_parts = node.get("__pp_parts__") or [((), patterns, node.get("additionalProperties", True))]
         parts_dfas = []
         for _names, part_patterns, part_additional in pp_parts:
             compiled_patterns = []
@@ -1279,6 +1283,15 @@ class SchemaCompiler:
         if self.any_order and (len(entries) > 1 or (entries and (extra or specials))):
             return self._object_any_order(entries, extra, min_p, max_p, specials, len(some or []))
         return self._object_ordered(entries, extra, min_p, max_p, specials, len(some or []))
+
+    def _additional(self, node: dict) -> Any:
+        """The schema of undeclared names: ``additionalProperties`` (``unevaluatedProperties``
+        was moved into it), else with ``strict`` false: no undeclared names unless the
+        schema says so explicitly. A schema without assertions (``{}``, annotations only)
+        is ``true`` either way."""
+        if "additionalProperties" in node:
+            return node["additionalProperties"]
+        return not (self.strict and _asserts(node))
 
     def _extra_keys(self, kinds: list) -> str | None:
         """A symbol for one extra ``"key":value`` pair, from (key automaton, value schema)."""
