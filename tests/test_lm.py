@@ -138,3 +138,54 @@ def test_a_closed_session_hands_its_rows_to_the_next(tiny):
     assert tiny.tokens_run - before == 1
     assert_fresh(tiny, [prompt + [2]], other.logits([prompt + [2]]))
     assert tiny.tokens_run - before == 1 + len(prompt) + 1
+
+
+def test_every_forward_gets_a_cache_object_and_warns_nothing(tiny, monkeypatch):
+    """transformers deprecates the tuple-of-tensors cache (FutureWarning on every call in
+    4.4x, where a model given no cache returns tuples): every forward gets a Cache object,
+    prefill included, and a session's whole life (grow, drop, copy, rollback, compaction,
+    hand-over) raises no deprecation warning."""
+    import warnings
+
+    from transformers import Cache
+
+    monkeypatch.setattr(KVSession, "COMPACT_AFTER", 8)
+    seen = []
+
+    def record(module, args, kwargs):
+        seen.append(kwargs.get(tiny._cache_arg))
+
+    base = [7, 8, 9, 10]
+    steps = [[base + [i % 5, 3], base + [4] * (i % 3 + 1)][: 1 + i % 2] for i in range(10)]
+    scored = []
+    handle = tiny.hf_model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            warnings.simplefilter("error", DeprecationWarning)
+            session = tiny.session()
+            scored = [(contexts, session.logits(contexts)) for contexts in steps]
+            session.close()
+            again = tiny.session()
+            scored.append(([base + [1]], again.logits([base + [1]])))
+            compacted = again._attention.shape[1] < len(base) + 10
+    finally:
+        handle.remove()
+    assert compacted and len(seen) == len(scored)
+    assert all(isinstance(cache, Cache) for cache in seen)
+    for contexts, logits in scored:
+        assert_fresh(tiny, contexts, logits)
+
+
+def test_context_length_comes_from_the_config(tiny):
+    from types import SimpleNamespace
+
+    from gramgen.generation.lm import SyntheticLM, _config_context_length, context_length
+
+    assert tiny.context_length == 512 and context_length(tiny) == 512
+    assert _config_context_length(SimpleNamespace(n_positions=1024)) == 1024   # gpt2's name
+    assert _config_context_length(SimpleNamespace(max_position_embeddings=None)) is None
+    assert _config_context_length(None) is None
+    assert context_length(SyntheticLM.hashed(tiny.vocab, context_length=8)) == 8
+    assert context_length(SyntheticLM.hashed(tiny.vocab)) is None
+    assert context_length(object()) is None

@@ -28,8 +28,8 @@ from .._lru import LRU
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError
 
-__all__ = ["LanguageModel", "Session", "SyntheticLM", "TransformersLM", "log_softmax",
-           "normalised_logprobs"]
+__all__ = ["LanguageModel", "Session", "SyntheticLM", "TransformersLM", "context_length",
+           "log_softmax", "normalised_logprobs"]
 
 
 @runtime_checkable
@@ -44,11 +44,24 @@ class Session(Protocol):
 
 @runtime_checkable
 class LanguageModel(Protocol):
-    """A causal LM: a vocabulary and sessions that score contexts."""
+    """A causal LM: a vocabulary and sessions that score contexts.
+
+    A model may also have ``context_length`` (int, or None when unknown): the most tokens
+    (prompt and generated together) it can attend to. It is optional, so models written
+    before it still satisfy the protocol; read it with :func:`context_length`.
+    """
 
     vocab: Vocabulary
 
     def session(self) -> Session: ...
+
+
+def context_length(lm: Any) -> int | None:
+    """The model's ``context_length`` attribute, or None when it has none (or an unusable one)."""
+    found = getattr(lm, "context_length", None)
+    if isinstance(found, bool) or not isinstance(found, int) or found <= 0:
+        return None
+    return found
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -105,17 +118,22 @@ class SyntheticLM(_NextLogprobs):
 
     Cheap and exact, so tests can enumerate the model's distribution over a finite
     language. ``calls`` and ``contexts`` count batched calls and contexts scored.
+    ``context_length`` is what the model claims to attend to (None: unlimited); its logits
+    do not depend on it.
     """
 
-    def __init__(self, vocab: Vocabulary, logits_fn: Callable[[tuple[int, ...]], np.ndarray]):
+    def __init__(self, vocab: Vocabulary, logits_fn: Callable[[tuple[int, ...]], np.ndarray], *,
+                 context_length: int | None = None):
         self.vocab = vocab
         self._fn = logits_fn
+        self.context_length = context_length
         self.calls = 0
         self.contexts = 0
 
     @classmethod
     def hashed(cls, vocab: Vocabulary, seed: int = 0, scale: float = 2.0,
-               bias: dict[int, float] | None = None) -> SyntheticLM:
+               bias: dict[int, float] | None = None, *,
+               context_length: int | None = None) -> SyntheticLM:
         """Logits drawn i.i.d. N(0, scale²) from a seeded hash of the context (plus a fixed
         per-token ``bias``): an arbitrary but reproducible context-dependent model."""
         bias_vec = np.zeros(vocab.size)
@@ -128,7 +146,7 @@ class SyntheticLM(_NextLogprobs):
             rng = np.random.default_rng(int.from_bytes(digest, "little"))
             return scale * rng.standard_normal(vocab.size) + bias_vec
 
-        return cls(vocab, fn)
+        return cls(vocab, fn, context_length=context_length)
 
     def session(self) -> _SyntheticSession:
         return _SyntheticSession(self)
@@ -168,7 +186,8 @@ class TransformersLM(_NextLogprobs):
 
     ``forward_passes`` and ``tokens_run`` count the forward passes made and the tokens fed
     to them (padding not counted). Logits stay on the model's device. The logits of the
-    last ``memo_size`` contexts scored are kept (:attr:`memo`).
+    last ``memo_size`` contexts scored are kept (:attr:`memo`). ``context_length`` is the
+    model's maximum number of positions from its config (None when the config names none).
     """
 
     def __init__(self, hf_model: Any, vocab: Vocabulary, *, memo_size: int = 64):
@@ -189,6 +208,7 @@ class TransformersLM(_NextLogprobs):
         #: transformers 5 renamed ``past_key_values`` to ``cache``
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keeps_logits = "logits_to_keep" in params
+        self.context_length = _config_context_length(getattr(hf_model, "config", None))
 
     @property
     def device(self):
@@ -220,10 +240,11 @@ class TransformersLM(_NextLogprobs):
         Returns (float logits ``[B, last, width]`` of the last positions, the cache)."""
         import torch
 
+        if cache is None:   # a cache object, never None: no legacy tuples come back
+            cache = _new_cache()
         kwargs: dict[str, Any] = dict(input_ids=ids, attention_mask=attention,
                                       position_ids=positions, use_cache=True)
-        if cache is not None:
-            kwargs[self._cache_arg] = cache
+        kwargs[self._cache_arg] = cache
         if self._keeps_logits:
             kwargs["logits_to_keep"] = last
         with torch.inference_mode():
@@ -232,6 +253,35 @@ class TransformersLM(_NextLogprobs):
         self.tokens_run += int(attention[:, -ids.shape[1]:].sum())   # padding not counted
         new_cache = out["cache"] if "cache" in out else out["past_key_values"]
         return out.logits[:, -last:, :].float(), new_cache
+
+
+#: config fields naming the most positions a model attends to, in the order tried
+_CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length",
+                   "seq_length", "n_ctx")
+
+
+def _config_context_length(config) -> int | None:
+    """The context length a transformers config declares (its text config's, for
+    multimodal models), or None."""
+    if config is None:
+        return None
+    try:
+        config = config.get_text_config(decoder=True)
+    except (AttributeError, TypeError):
+        pass
+    for field in _CONTEXT_FIELDS:
+        value = getattr(config, field, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _new_cache():
+    """An empty cache of the class transformers' models expect (``DynamicCache``); passing
+    it on the first call keeps models from returning the deprecated tuples of tensors."""
+    from transformers import DynamicCache
+
+    return DynamicCache()
 
 
 def _forward_parameters(hf_model) -> set[str]:
@@ -388,9 +438,9 @@ class KVSession:
         for keys, values in _cache_layers(self._cache):
             gather = index[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
             layers.append((keys.gather(2, gather), values.gather(2, gather)))
-        from transformers import DynamicCache
-
-        self._cache = DynamicCache(ddp_cache_data=layers)
+        self._cache = _new_cache()
+        for i, (keys, values) in enumerate(layers):
+            self._cache.update(keys, values, i)
         self._attention = attention.to(device)
         self._columns = [list(range(width - len(cols), width)) for cols in self._columns]
 
