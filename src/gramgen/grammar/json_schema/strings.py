@@ -16,8 +16,9 @@ import functools
 import gramgen.grammar.cpdfa as cpdfa
 
 from ...errors import GrammarError
-from ..ir import EMPTY, MAX_CODEPOINT, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
-from ..regex import intersect_ranges as _intersect, parse_regex
+from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
+from ..regex import ANCHOR_MARKERS, PatternError, parse_regex, translate_ecma
+from ..regex import intersect_ranges as _intersect
 from ..simplify import alt, seq
 
 Ranges = tuple[tuple[int, int], ...]
@@ -111,128 +112,12 @@ def string_literal(value: str) -> Regex:
 
 # ------------------------------------------------------------------ ECMA-262 patterns
 
-_CLASS_RANGES: dict[str, Ranges] = {
-    "d": ((0x30, 0x39),),
-    "w": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
-    "s": ((0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
-          (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)),
-}
-"""ECMA-262 ``\\d``, ``\\w`` (ASCII) and ``\\s`` (WhiteSpace and LineTerminator)."""
-
-
-def _class_body(ranges: Ranges) -> str:
-    """Python character-class text for ``ranges`` (explicit code points)."""
-    return "".join(f"\\U{lo:08x}" if lo == hi else f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges)
-
-
-def _complement(ranges: Ranges) -> Ranges:
-    out, nxt = [], 0
-    for lo, hi in ranges:
-        if lo > nxt:
-            out.append((nxt, lo - 1))
-        nxt = hi + 1
-    if nxt <= 0x10FFFF:
-        out.append((nxt, 0x10FFFF))
-    return tuple(out)
-
-
-_CLASS_ESCAPES = {k: _class_body(v) for k, v in _CLASS_RANGES.items()}
-_NEGATED_CLASS_ESCAPES = {k.upper(): _class_body(_complement(v)) for k, v in _CLASS_RANGES.items()}
-
-
-class PatternError(Exception):
-    """An ECMA-262 construct with no exact translation; ``str`` says which."""
-
 
 def ecma_to_python(pattern: str) -> str:
-    """Translate ECMA-262 (without the ``u``/``v`` flag specifics) to Python ``re``
-    syntax with the same meaning: ASCII ``\\d`` ``\\w``, ECMA ``\\s``, ``.`` excluding
-    line terminators, ``(?<name>``, ``[^]``, ``\\cX``, ``\\u{...}``."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    in_class = False
-    while i < n:
-        ch = pattern[i]
-        if ch == "\\":
-            if i + 1 >= n:
-                raise PatternError("pattern ends with a lone backslash")
-            nxt = pattern[i + 1]
-            if nxt in _CLASS_ESCAPES:
-                body = _CLASS_ESCAPES[nxt]
-                out.append(body if in_class else f"[{body}]")
-            elif nxt in "DWS":
-                body = _NEGATED_CLASS_ESCAPES[nxt]  # spelled out: a class may hold other items
-                out.append(body if in_class else f"[{body}]")
-            elif nxt == "p" or nxt == "P":
-                raise PatternError(f"Unicode property escape \\{nxt}{{...}} is not supported")
-            elif nxt == "c" and i + 2 < n and pattern[i + 2].isalpha():
-                out.append(f"\\x{ord(pattern[i + 2]) % 32:02x}")
-                i += 3
-                continue
-            elif nxt == "u" and pattern.startswith("{", i + 2):
-                j = pattern.index("}", i + 2)
-                out.append(f"\\U{int(pattern[i + 3:j], 16):08x}")
-                i = j + 1
-                continue
-            elif nxt == "b" and in_class:
-                out.append("\\x08")
-            elif nxt == "0":
-                out.append("\\x00")
-            elif nxt.isdigit():
-                raise PatternError("backreference is not supported (not regular)")
-            elif nxt == "k":
-                raise PatternError("named backreference \\k<...> is not supported (not regular)")
-            elif nxt == "/":
-                out.append("/")
-            else:
-                out.append(pattern[i:i + 2])
-            i += 2
-            continue
-        if in_class:
-            if ch == "]":
-                in_class = False
-            elif ch == "[":
-                out.append("\\[")
-                i += 1
-                continue
-            out.append(ch)
-            i += 1
-            continue
-        if ch == "[":
-            if pattern.startswith("[^]", i):
-                out.append(r"[\s\S]")
-                i += 3
-                continue
-            if pattern.startswith("[]", i):
-                out.append("(?!)")  # ECMA: matches nothing
-                i += 2
-                continue
-            in_class = True
-            out.append("[")
-            if pattern.startswith("[^", i):
-                out.append("^")
-                i += 1
-            i += 1
-            if pattern.startswith("]", i):  # ']' right after '[' closes an empty class in ECMA
-                raise PatternError("empty character class")
-            continue
-        if ch == ".":
-            out.append("[^\\n\\r\\u2028\\u2029]")
-        elif ch == "$":
-            out.append("\\Z")  # ECMA: the end only (Python's $ also matches before a final newline)
-        elif ch == "(" and pattern.startswith("(?<", i) and not pattern.startswith(("(?<=", "(?<!"), i):
-            out.append("(?P<")
-            i += 3
-            continue
-        else:
-            out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-_BOS, _EOS = MAX_CODEPOINT + 1, MAX_CODEPOINT + 2
-"""Stand-ins for the two ends of the text, for anchors (see cpdfa.strip_markers)."""
-_SEARCH_PAD = Repeat(CharRanges(normalize_ranges(cpdfa.ANY_CHAR + ((_BOS, _EOS),))), 0, None)
+    """Python ``re`` syntax with the meaning of the ECMA-262 ``pattern`` (u flag): the one
+    translator of :func:`gramgen.grammar.regex.translate_ecma`, shared with
+    ``Grammar.from_regex(flavor="ecma")``; raises :class:`PatternError`."""
+    return translate_ecma(pattern).python
 
 
 @functools.lru_cache(maxsize=1024)
@@ -242,13 +127,16 @@ def pattern_dfa(pattern: str) -> cpdfa.CodepointDFA:
 
     ``^`` and ``$`` may stand anywhere (``^$|^\\S+$``, ``(^a|b$)``, ``^(x($|/))*$``): the
     pattern is searched in ``bos text eos`` with the anchors reading the markers."""
-    py = ecma_to_python(pattern)
+    translation = translate_ecma(pattern)
     try:
-        core = parse_regex(py, anchor_markers=(_BOS, _EOS))
+        core = parse_regex(translation.python, anchor_markers=ANCHOR_MARKERS)
     except GrammarError as exc:
-        raise PatternError(str(exc).split(" (at")[0]) from None
+        raise PatternError(exc.message, translation.origin(getattr(exc, "offset", 0))) from None
     dfa = cpdfa.from_regex(seq([_SEARCH_PAD, core, _SEARCH_PAD]))
-    return cpdfa.strip_markers(dfa, _BOS, _EOS)
+    return cpdfa.strip_markers(dfa, *ANCHOR_MARKERS)
+
+
+_SEARCH_PAD = Repeat(CharRanges(normalize_ranges(cpdfa.ANY_CHAR + tuple((m, m) for m in ANCHOR_MARKERS))), 0, None)
 
 
 # ------------------------------------------------------------------ formats
