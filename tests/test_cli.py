@@ -16,6 +16,7 @@ from conftest import ROOT
 from test_generate import shared_model
 
 from gramgen import cli
+from gramgen.errors import ConfigurationError
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
           "properties": {"name": {"type": "string", "maxLength": 30},
@@ -174,7 +175,7 @@ def test_check_with_the_schema_alone(workdir, capsys):
 def test_usage_errors_are_reported_not_raised(workdir, capsys):
     assert cli.main(["extract", "--schema", str(workdir / "missing.json"), "x", "-o",
                      str(workdir / "o.jsonl")]) == 2
-    assert "cannot read the schema" in capsys.readouterr().err
+    assert "gramgen: error: the schema file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["check", str(workdir / "data.jsonl")])   # needs --schema or --grammar
 
@@ -185,3 +186,165 @@ def test_bench_forwards_inside_a_checkout_only(tmp_path, monkeypatch, capsys):
     assert "repository checkout" in capsys.readouterr().err
     monkeypatch.chdir(ROOT)
     assert cli.main(["bench", "--help"]) == 0
+
+
+# -- bad inputs, outputs and options: one line, exit 2, before the model ---------------------
+
+class _Result:
+    """What the fake generate() returns: a complete, valid person."""
+
+    def __init__(self, value):
+        self.complete, self.value, self.text = True, value, json.dumps(value)
+        self.error, self.finish_reason = None, "grammar"
+
+
+@pytest.fixture()
+def fake_model(monkeypatch):
+    """cli.load_model and cli.generate replaced: no model is loaded; ``calls`` holds the
+    options of each generate() call, ``loads`` the devices asked for."""
+    calls: list[dict] = []
+    loads: list = []
+
+    def load_model(name, device=None):
+        loads.append(device)
+        return "model"
+
+    def generate(model, prompts, **options):
+        calls.append(options)
+        return [_Result({"name": "A", "age": i}) for i in range(len(prompts))]
+
+    monkeypatch.setattr(cli, "load_model", load_model)
+    monkeypatch.setattr(cli, "generate", generate)
+    return calls, loads
+
+
+def _one_error_line(err: str) -> str:
+    """The error line of stderr: its last (after progress lines, if any), the only one, and
+    no traceback."""
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("gramgen: error: ") and err.count("gramgen: error: ") == 1, err
+    assert "Traceback" not in err, err
+    return lines[-1]
+
+
+def test_a_line_that_is_not_utf8_costs_only_its_own_record(workdir, fake_model, capsys):
+    """The whole file was one error record: its good documents were never extracted."""
+    rows = workdir / "rows.jsonl"
+    rows.write_bytes(b'{"id": "a", "text": "Ada, 36."}\n{"id": "b", "text": "caf\xe9"}\n'
+                     + '{"id": "c", "text": "Alan\u2028Turing, 41."}\n'.encode())  # U+2028 is no line end
+    docs = cli.collect_documents([str(rows)], "text", "id")
+    assert [d.id for d in docs] == ["a", f"{rows}:2", "c"]
+    assert docs[0].text == "Ada, 36." and docs[2].text == "Alan\u2028Turing, 41."
+    assert "line 2 is not UTF-8" in docs[1].error and docs[1].text is None
+    args = ["extract", "--schema", str(workdir / "schema.json"), str(rows), "-o", str(workdir / "out.jsonl")]
+    assert cli.main(args) == 1
+    records = {r["id"]: r for r in _records(workdir / "out.jsonl")}
+    assert records["a"]["value"] == records["c"]["value"] == {"name": "A", "age": 0}
+    assert "not UTF-8" in records[f"{rows}:2"]["error"]
+
+
+def test_duplicate_ids_are_an_error_naming_both_lines(workdir, fake_model, capsys):
+    """Ids 1 and "1" collided and the second document was dropped without a word."""
+    rows = workdir / "rows.jsonl"
+    rows.write_text('{"id": 1, "text": "Ada, 36."}\n{"id": 2, "text": "x"}\n{"id": "1", "text": "Alan, 41."}\n')
+    with pytest.raises(cli.GramgenError, match=rf"duplicate document id '1' at {rows}:1 and {rows}:3"):
+        cli.collect_documents([str(rows)], "text", "id")
+    other = workdir / "other.jsonl"
+    other.write_text('{"id": "2", "text": "y"}\n')
+    with pytest.raises(cli.GramgenError, match=rf"'2' at {other}:1 and {rows}:2"):
+        cli.collect_documents([str(workdir / "*.jsonl")], "text", "id")
+    # the same file named twice (a folder and a glob) is read once: no duplicate
+    assert len(cli.collect_documents([str(rows.parent / "other.jsonl"), str(other)], "text", "id")) == 1
+    calls, loads = fake_model
+    assert cli.main(["extract", "--schema", str(workdir / "schema.json"), str(rows),
+                     "-o", str(workdir / "out.jsonl")]) == 2
+    assert "duplicate document id '1'" in _one_error_line(capsys.readouterr().err)
+    assert not loads and not (workdir / "out.jsonl").exists()
+
+
+def test_output_path_is_checked_before_the_model(workdir, fake_model, capsys):
+    calls, loads = fake_model
+    base = ["extract", "--schema", str(workdir / "schema.json"), str(workdir / "docs" / "00.txt"), "-o"]
+    assert cli.main(base + [str(workdir / "docs")]) == 2
+    assert "is a folder" in _one_error_line(capsys.readouterr().err)
+    assert cli.main(base + [str(workdir / "schema.json" / "sub" / "out.jsonl")]) == 2
+    assert f"{workdir / 'schema.json'} is a file, not a folder" in _one_error_line(capsys.readouterr().err)
+    assert not loads
+    assert cli.main(base + [str(workdir / "new" / "out.jsonl")]) == 0  # missing folders are made
+    assert len(_records(workdir / "new" / "out.jsonl")) == 1
+
+
+def test_output_to_a_device_is_written_not_read(workdir, fake_model, capsys):
+    """-o /dev/full read the device to find the ids done (MemoryError); now a device is
+    never read, and a failed write is one line and exit 2. /dev/null takes the records."""
+    base = ["extract", "--schema", str(workdir / "schema.json"), str(workdir / "docs"), "-o"]
+    assert cli.main(base + ["/dev/full"]) == 2
+    assert "No space left on device" in _one_error_line(capsys.readouterr().err)
+    assert cli.done_ids(Path("/dev/full")) == set()
+    assert cli.main(base + ["/dev/null"]) == 0
+
+
+def test_schema_failing_its_metaschema_names_the_keyword(workdir, fake_model, capsys):
+    bad = dict(SCHEMA, properties=dict(SCHEMA["properties"], age={"type": "integer", "minimum": "zero"}))
+    (workdir / "bad.json").write_text(json.dumps(bad))
+    calls, loads = fake_model
+    for command in (["extract", str(workdir / "docs"), "-o", str(workdir / "out.jsonl")],
+                    ["check", str(workdir / "schema.json")]):
+        assert cli.main([*command, "--schema", str(workdir / "bad.json")]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert "bad.json is not a valid JSON Schema: #/properties/age/minimum: 'zero' is not of type" in line
+    assert not loads and not calls
+
+
+def test_errors_from_the_model_loader_are_one_line(workdir, monkeypatch, capsys):
+    def load_model(name, device=None):
+        raise ConfigurationError(f"device {device!r} is not a torch device (cpu, cuda, cuda:1, mps)")
+
+    monkeypatch.setattr(cli, "load_model", load_model)
+    args = ["extract", "--schema", str(workdir / "schema.json"), str(workdir / "docs"),
+            "-o", str(workdir / "out.jsonl"), "--device", "tpu9"]
+    assert cli.main(args) == 2
+    assert "device 'tpu9'" in _one_error_line(capsys.readouterr().err)
+
+
+def test_an_unknown_device_with_the_real_loader(workdir, capsys):
+    """load_model itself names a device that torch does not know (a ConfigurationError)."""
+    args = ["extract", "--schema", str(workdir / "schema.json"), str(workdir / "docs" / "00.txt"),
+            "-o", str(workdir / "out.jsonl"), "--device", "tpu9"]
+    assert cli.main(args) == 2
+    assert "tpu9" in _one_error_line(capsys.readouterr().err)
+
+
+def test_strict_and_whitespace_options_reach_generate(workdir, fake_model):
+    calls, _ = fake_model
+    base = ["extract", "--schema", str(workdir / "schema.json"), str(workdir / "docs" / "00.txt")]
+    assert cli.main([*base, "-o", str(workdir / "a.jsonl")]) == 0
+    assert calls[0]["strict"] is True and "whitespace" not in calls[0]  # the library's default layout
+    assert cli.main([*base, "-o", str(workdir / "b.jsonl"), "--no-strict", "--whitespace", "standard"]) == 0
+    assert calls[-1]["strict"] is False and calls[-1]["whitespace"] == "standard"
+
+
+def test_check_with_the_standard_layout(workdir, capsys):
+    """check writes each record the way the grammar lays JSON out (json.dumps' ", " and ": ")."""
+    data = workdir / "data.jsonl"
+    data.write_text('{"name":"A","age":3}\n{"name": "B", "age": 4}\n')
+    assert cli.main(["check", "--schema", str(workdir / "schema.json"), "--whitespace", "standard", str(data)]) == 0
+    assert capsys.readouterr().out.count("grammar: accept") == 2
+
+
+def test_check_reports_a_line_that_is_not_utf8_and_a_missing_file(workdir, capsys):
+    data = workdir / "data.jsonl"
+    data.write_bytes(b'{"name":"A","age":3}\n{"name":"\xe9","age":3}\n')
+    args = ["check", "--schema", str(workdir / "schema.json"), "--grammar", str(workdir / "person.lark")]
+    assert cli.main(args + [str(data)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "grammar: accept" in lines[0] and "line 2 is not UTF-8" in lines[1]
+    assert cli.main(args + [str(workdir / "missing.jsonl")]) == 2
+    assert "missing.jsonl" in _one_error_line(capsys.readouterr().err)
+
+
+def test_a_long_inline_prompt_template(workdir, fake_model):
+    """A template longer than a file name may be was taken for a path (OSError)."""
+    template = "Read this carefully. " * 20 + "{document}"
+    assert cli.main(["extract", "--schema", str(workdir / "schema.json"), str(workdir / "docs" / "00.txt"),
+                     "-o", str(workdir / "out.jsonl"), "--prompt-template", template]) == 0

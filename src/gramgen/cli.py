@@ -7,6 +7,7 @@ import argparse
 import glob
 import json
 import os
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from .grammar.sources import read_schema
 from .hf import load_model
 from .runtime import compile as compile_grammar
 
+WHITESPACE_CHOICES = ["compact", "standard", "flexible"]
 DEFAULT_TEMPLATE = ("Extract the information in the document below as JSON.\n\n"
                     "Document:\n{document}")
 _GLOB_CHARS = set("*?[")
@@ -33,39 +35,54 @@ class Document:
     id: str
     text: str | None
     error: str | None = None   # why the document could not be read
+    where: str = ""            # the file (and line) it came from, for messages
 
 
 def _read_text_file(path: Path, doc_id: str) -> Document:
     try:
-        return Document(doc_id, path.read_text(encoding="utf-8"))
+        return Document(doc_id, path.read_text(encoding="utf-8"), where=str(path))
     except (OSError, UnicodeDecodeError) as exc:
-        return Document(doc_id, None, f"cannot read {path}: {exc}")
+        return Document(doc_id, None, f"cannot read {path}: {exc}", where=str(path))
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str | None, str | None]]:
+    """(line number, text, None) for each line of a UTF-8 file, or (number, None, why)
+    for a line that is not UTF-8: read as bytes, so one bad line costs only itself. A
+    byte-order mark at the start is dropped. OSError when the file cannot be read."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8"), None
+            except UnicodeDecodeError as exc:
+                yield n, None, (f"line {n} is not UTF-8 (byte {exc.start + 1} of the line is "
+                                f"{raw[exc.start:exc.start + 1]!r})")
 
 
 def _read_jsonl(path: Path, field: str, id_field: str) -> Iterator[Document]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        yield Document(str(path), None, f"cannot read {path}: {exc}")
-        return
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        fallback = f"{path}:{n}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield Document(fallback, None, f"line {n} is not JSON: {exc}")
-            continue
-        if not isinstance(record, dict):
-            yield Document(fallback, None, f"line {n} is not a JSON object")
-            continue
-        doc_id = str(record[id_field]) if record.get(id_field) is not None else fallback
-        text = record.get(field)
-        if not isinstance(text, str):
-            yield Document(doc_id, None, f"line {n} has no string field {field!r}")
-            continue
-        yield Document(doc_id, text)
+        for n, line, undecodable in _lines(path):
+            fallback = f"{path}:{n}"
+            if undecodable:
+                yield Document(fallback, None, undecodable, where=fallback)
+                continue
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield Document(fallback, None, f"line {n} is not JSON: {exc}", where=fallback)
+                continue
+            if not isinstance(record, dict):
+                yield Document(fallback, None, f"line {n} is not a JSON object", where=fallback)
+                continue
+            doc_id = str(record[id_field]) if record.get(id_field) is not None else fallback
+            text = record.get(field)
+            if not isinstance(text, str):
+                yield Document(doc_id, None, f"line {n} has no string field {field!r}", where=fallback)
+                continue
+            yield Document(doc_id, text, where=fallback)
+    except OSError as exc:
+        yield Document(str(path), None, f"cannot read {path}: {exc.strerror or exc}", where=str(path))
 
 
 def _document_files(spec: str) -> list[Path]:
@@ -82,25 +99,53 @@ def _document_files(spec: str) -> list[Path]:
 
 def collect_documents(inputs: list[str], field: str, id_field: str) -> list[Document]:
     """Every document named by ``inputs`` (files, folders, globs; ``.jsonl`` files give one
-    document per line, its ``field`` column), in a stable order; duplicate ids keep the first."""
-    docs: dict[str, Document] = {}
+    document per line, its ``field`` column), in a stable order. A file named twice (a
+    folder and a glob in it) is read once; two documents with the same id (compared as
+    text: ``1`` and ``"1"`` are one id) are a GramgenError naming both, since the output
+    and a resumed run know documents by id only."""
+    files: dict[Path, Path] = {}
     for spec in inputs:
-        files = _document_files(spec)
-        if not files:
+        found = _document_files(spec)
+        if not found:
             raise GramgenError(f"input {spec!r} matches no file")
-        for path in files:
-            found = (_read_jsonl(path, field, id_field) if path.suffix.lower() == ".jsonl"
-                     else [_read_text_file(path, str(path))])
-            for doc in found:
-                docs.setdefault(doc.id, doc)
+        for path in found:
+            files.setdefault(path.resolve(), path)
+    docs: dict[str, Document] = {}
+    for path in files.values():
+        found = (_read_jsonl(path, field, id_field) if path.suffix.lower() == ".jsonl"
+                 else [_read_text_file(path, str(path))])
+        for doc in found:
+            first = docs.setdefault(doc.id, doc)
+            if first is not doc:
+                raise GramgenError(f"duplicate document id {doc.id!r} at {first.where} and {doc.where} "
+                                   "(ids are compared as text, so 1 and \"1\" are the same id): give each "
+                                   "document its own id")
     return list(docs.values())
 
 
 # -- the output file -----------------------------------------------------------------------
 
+def check_output(path: Path) -> None:
+    """GramgenError when ``path`` cannot be the output file: a folder, or a path under a
+    file. A device or pipe (``/dev/null``) is fine: written, never read to resume."""
+    try:
+        if path.is_dir():
+            raise GramgenError(f"-o {path} is a folder: give the path of a .jsonl file")
+        if path.exists():
+            return
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise GramgenError(f"-o {path}: {parent} is a file, not a folder")
+                return
+    except OSError as exc:
+        raise GramgenError(f"-o {path}: {exc.strerror or exc}") from None
+
+
 def done_ids(path: Path) -> set[str]:
-    """Ids already in the output. A last line cut short by a killed run is removed."""
-    if not path.exists():
+    """Ids already in the output, a regular file (anything else, such as a device, is not
+    read). A last line cut short by a killed run is removed."""
+    if not path.is_file():
         return set()
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
@@ -120,17 +165,29 @@ def done_ids(path: Path) -> set[str]:
 
 
 class RecordWriter:
-    """Appends one JSON line per record, flushed and fsynced, so a killed run loses at most
-    the documents still being generated."""
+    """Appends one JSON line per record, written through and fsynced (a regular file), so a
+    killed run loses at most the documents still being generated. Unbuffered: a failed
+    write leaves nothing behind to fail again on close. GramgenError when the file cannot
+    be opened or written (no space, /dev/full)."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "ab", buffering=0)
+            self._sync = stat.S_ISREG(os.fstat(self._file.fileno()).st_mode)
+        except OSError as exc:
+            raise GramgenError(f"cannot open the output {path}: {exc.strerror or exc}") from None
 
     def write(self, record: dict) -> None:
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        data = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        try:
+            while data:
+                data = data[self._file.write(data):]
+            if self._sync:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise GramgenError(f"cannot write to the output {self.path}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
         self._file.close()
@@ -147,18 +204,45 @@ def _load_schema(path: str) -> dict | bool:
         raise GramgenError(exc.message) from None
 
 
-def _validator(schema):
+def _pointer(parts) -> str:
+    """The JSON pointer (``#/properties/a~1b``) of a path of keys and indexes."""
+    return "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _validator(schema, path: str):
+    """A jsonschema validator of ``schema`` (the file ``path``), after checking it against
+    its metaschema: a schema that fails it is a GramgenError with the pointer of the bad
+    keyword, before any model is loaded."""
     import jsonschema
 
+    if isinstance(schema, dict) and "$schema" in schema and not isinstance(schema["$schema"], str):
+        raise GramgenError(f"the schema {path} is not a valid JSON Schema: #/$schema: "
+                           f"{schema['$schema']!r} is not a string (a metaschema URI)")
     cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        raise GramgenError(f"the schema {path} is not a valid JSON Schema: "
+                           f"{_pointer(exc.absolute_path)}: {exc.message}") from None
     return cls(schema)
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def _template(option: str | None) -> str:
     if option is None:
         return DEFAULT_TEMPLATE
-    text = Path(option).read_text(encoding="utf-8") if Path(option).is_file() else option
+    text = option
+    if _is_file(option):
+        try:
+            text = Path(option).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise GramgenError(f"cannot read the prompt template {option}: {exc}") from None
     if "{document}" not in text:
         raise GramgenError("the prompt template must contain {document}")
     return text
@@ -185,28 +269,34 @@ def _outcome(doc: Document, result, validator) -> dict:
 def cmd_extract(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    out = Path(args.output)
+    check_output(out)
     schema = _load_schema(args.schema)
-    validator = _validator(schema)
+    validator = _validator(schema, args.schema)
     template = _template(args.prompt_template)
     docs = collect_documents(args.inputs, args.field, args.id_field)
-    out = Path(args.output)
     already = done_ids(out)
     todo = [d for d in docs if d.id not in already]
     print(f"gramgen extract: {len(docs)} documents, {len(docs) - len(todo)} already in {out}",
           file=sys.stderr)
     if not todo:
         return 0
-    model = load_model(args.model, device=args.device)
-    if args.grammar:
-        constraint: dict[str, Any] = {"grammar": Grammar.from_file(args.grammar)}
-    elif args.lenient_formats:
-        constraint = {"grammar": Grammar.from_json_schema(schema, whitespace=args.whitespace, lenient_formats=True)}
-    else:
-        constraint = {"schema": schema, "whitespace": args.whitespace}
-    options = dict(max_new_tokens=args.max_new_tokens, chat=not args.no_chat, **constraint)
-    generate(model, [], **options)  # compile (or fail) once, before the first document
-
-    writer = RecordWriter(out)
+    writer = RecordWriter(out)  # (cannot be opened: an error before the model is loaded)
+    try:
+        model = load_model(args.model, device=args.device)
+        layout = {} if args.whitespace is None else {"whitespace": args.whitespace}
+        strict = not args.no_strict
+        if args.grammar:
+            constraint: dict[str, Any] = {"grammar": Grammar.from_file(args.grammar)}
+        elif args.lenient_formats:
+            constraint = {"grammar": Grammar.from_json_schema(schema, lenient_formats=True, strict=strict, **layout)}
+        else:
+            constraint = {"schema": schema, "strict": strict, **layout}
+        options = dict(max_new_tokens=args.max_new_tokens, chat=not args.no_chat, **constraint)
+        generate(model, [], **options)  # compile (or fail) once, before the first document
+    except BaseException:
+        writer.close()
+        raise
     ok = failed = 0
     bar = tqdm(total=len(todo), unit="doc", file=sys.stderr, dynamic_ncols=True)
     try:
@@ -264,21 +354,38 @@ def grammar_verdict(compiled, text: str) -> str | None:
     return None if matcher.is_accepting() else "incomplete (the text stops too early)"
 
 
+#: how ``check`` writes a record for the grammar of each ``--whitespace`` (json.dumps'
+#: separators; flexible whitespace accepts the compact text)
+_CHECK_SEPARATORS = {"compact": (",", ":"), "standard": (", ", ": "), "flexible": (",", ":")}
+
+
+def _data_lines(path: str) -> Iterator[tuple[int, str | None, str | None]]:
+    try:
+        yield from _lines(Path(path))
+    except OSError as exc:
+        raise GramgenError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     schema = _load_schema(args.schema) if args.schema else None
-    validator = _validator(schema) if schema is not None else None
+    validator = _validator(schema, args.schema) if schema is not None else None
     if args.grammar:
         grammar = Grammar.from_file(args.grammar)
     else:
         grammar = Grammar.from_json_schema(schema, whitespace=args.whitespace, lenient_formats=args.lenient_formats)
     compiled = compile_grammar(grammar, _byte_vocabulary())
+    separators = _CHECK_SEPARATORS[args.whitespace]
     total = both = grammar_ok = schema_ok = 0
     for path in args.data:
-        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        for n, line, undecodable in _data_lines(path):
+            name = f"{path}:{n}"
+            if undecodable:
+                total += 1
+                print(f"{name}\t{undecodable}")
+                continue
             if not line.strip():
                 continue
             total += 1
-            name = f"{path}:{n}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -293,7 +400,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             if isinstance(instance, str) and args.grammar and schema is None:
                 text = instance   # a text record checked against a text grammar
             else:
-                text = json.dumps(instance, ensure_ascii=False, separators=(",", ":"))
+                text = json.dumps(instance, ensure_ascii=False, separators=separators)
             g_error = grammar_verdict(compiled, text)
             s_error = None
             if validator is not None:
@@ -353,7 +460,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--max-new-tokens", type=int, default=512)
     ex.add_argument("--field", default="text", help="the text column of .jsonl inputs")
     ex.add_argument("--id-field", default="id", help="the id column of .jsonl inputs")
-    ex.add_argument("--whitespace", choices=["compact", "flexible"], default="compact")
+    ex.add_argument("--whitespace", choices=WHITESPACE_CHOICES,
+                    help="the JSON layout generated: compact {\"a\":1}, standard {\"a\": 1} (json.dumps), "
+                         "flexible (any JSON whitespace; default: the library's default)")
+    ex.add_argument("--no-strict", action="store_true",
+                    help="let the model add object keys the schema does not declare unless it forbids "
+                         "them (default: strict, no undeclared keys unless the schema allows them "
+                         "explicitly with additionalProperties / unevaluatedProperties)")
     ex.add_argument("--lenient-formats", action="store_true",
                     help="take unknown `format` values (int32, ...) as annotations instead of an error")
     ex.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
@@ -365,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--schema", help="JSON Schema file")
     ck.add_argument("--grammar", help="check with this .lark/.gbnf file instead of the schema's grammar")
     ck.add_argument("--field", help="check this field of each record instead of the record")
-    ck.add_argument("--whitespace", choices=["compact", "flexible"], default="compact")
+    ck.add_argument("--whitespace", choices=WHITESPACE_CHOICES, default="compact",
+                    help="the layout of the grammar; records are written that way before the check")
     ck.add_argument("--lenient-formats", action="store_true",
                     help="take unknown `format` values (int32, ...) as annotations instead of an error")
     ck.add_argument("-q", "--quiet", action="store_true", help="print only the records that fail")
@@ -380,21 +494,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
-        try:
-            return cmd_bench(argv[1:])
-        except GramgenError as exc:
-            print(f"gramgen bench: error: {exc}", file=sys.stderr)
-            return 2
+        return _reporting(lambda: cmd_bench(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "extract" and args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     if args.command == "check" and not (args.schema or args.grammar):
         parser.error("check needs --schema or --grammar")
+    return _reporting(lambda: args.run(args))
+
+
+def _reporting(run) -> int:
+    """``run()``'s exit code; a gramgen error (a bad option, schema, grammar, model or
+    device) or an OSError (a file that cannot be read or written) is printed as one line
+    ``gramgen: error: ...`` and exits 2, without a traceback."""
     try:
-        return args.run(args)
-    except GramgenError as exc:
-        print(f"gramgen {args.command}: error: {exc}", file=sys.stderr)
+        return run()
+    except (GramgenError, OSError) as exc:
+        message = " ".join(str(exc).split()) if isinstance(exc, OSError) else str(exc)
+        print(f"gramgen: error: {message}", file=sys.stderr)
         return 2
 
 
