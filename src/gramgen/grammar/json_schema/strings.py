@@ -170,7 +170,6 @@ _IPV6 = "(?:" + "|".join([
     f"(?:(?:{_H16}:){{0,6}}{_H16})?::",
 ]) + ")"
 _LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,28}[A-Za-z0-9])?"
-_HOSTNAME = rf"{_LABEL}(?:\.{_LABEL}){{0,7}}"
 # RFC 3986, ASCII only
 _UNRESERVED = r"A-Za-z0-9\-._~"
 _SUB_DELIMS = r"!$&'()*+,;="
@@ -214,43 +213,118 @@ FORMATS: dict[str, str] = {
     "duration": f"P(?:{_DUR_DATE}(?:{_DUR_TIME})?|{_DUR_TIME}|[0-9]+W)",
     "ipv4": _IPV4,
     "ipv6": _IPV6,
-    "hostname": _HOSTNAME,
-    "email": rf"[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]+)*@{_HOSTNAME}",
     "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
     "uri": _URI,
     "uri-reference": f"(?:{_URI}|{_RELATIVE})",
     "json-pointer": "(?:/(?:[^~/]|~[01])*)*",
     "relative-json-pointer": "(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)",
-    # subsets made of ASCII: an ASCII URI is an IRI, an ASCII address or name without
-    # A-labels is an internationalized one
+    # subsets made of ASCII: an ASCII URI is an IRI
     "iri": _URI,
     "iri-reference": f"(?:{_URI}|{_RELATIVE})",
-    "idn-hostname": _HOSTNAME,
     "regex": _REGEX_SUBSET,
     "uri-template": _URI_TEMPLATE,
 }
-FORMATS["idn-email"] = FORMATS["email"]
-"""Format name -> Python regex (fullmatch) over the decoded string. Each accepts a subset
-of what the format's RFC allows (see README: hostname labels <= 30 characters and <= 8 of
-them, email local parts in dot-atom form, no leap seconds; URIs are RFC 3986 exactly)."""
+"""Format name -> Python regex (fullmatch) over the decoded string, for the formats that
+are one regex; hostnames and e-mail addresses are built from parts (:func:`format_regex`).
+The language of every format is in the table of :func:`format_regex`."""
+
+# RFC 5321 Mailbox pieces
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_DOT_STRING = rf"{_ATEXT}+(?:\.{_ATEXT}+)*"
+_QUOTED_STRING = r'"(?:[ !#-\[\]-~]|\\[ -~])+"'
+_IPV6_COMPRESSED = "|".join(
+    (f"{_H16}(?::{_H16}){{{a - 1}}}" if a else "") + "::" + (f"(?:{_H16}(?::{_H16}){{0,{5 - a}}})?" if a < 6 else "")
+    for a in range(7))
+_IPV6V4_COMPRESSED = "|".join(
+    (f"{_H16}(?::{_H16}){{{a - 1}}}" if a else "") + f"::(?:{_H16}:){{0,{4 - a}}}{_IPV4}" for a in range(5))
+_IPV6_SMTP = (f"(?:{_H16}(?::{_H16}){{7}}|{_IPV6_COMPRESSED}"
+              f"|{_H16}(?::{_H16}){{5}}:{_IPV4}|{_IPV6V4_COMPRESSED})")
+_ADDRESS_LITERAL = rf"\[(?:{_IPV4}|[Ii][Pp][Vv]6:{_IPV6_SMTP})\]"
+_MAX_LOCAL_PART = 64
+"""RFC 5321 4.5.3.1.1: at most 64 octets (here ASCII characters) before the @."""
+
+_ANY_TEXT = "(?s:.*)"
+_FORMAT_BUILDERS = {
+    "hostname": lambda: _hostname(f"[xX][nN]--{_ANY_TEXT}"),
+    "idn-hostname": lambda: _hostname(f"..--{_ANY_TEXT}"),
+    "email": lambda: _email(format_regex("hostname")),
+    "idn-email": lambda: _email(format_regex("hostname")),
+}
+
+
+def _dfa(python_regex: str) -> cpdfa.CodepointDFA:
+    return cpdfa.from_regex(parse_regex(python_regex))
+
+
+def _hostname(excluded_label: str) -> Regex:
+    """1 to 8 LDH labels of 1 to 30 characters joined by dots, without the labels that
+    fully match ``excluded_label``."""
+    label = cpdfa.as_regex(cpdfa.difference(_dfa(_LABEL), _dfa(excluded_label)))
+    return seq([label, Repeat(seq([literal("."), label]), 0, 7)])
+
+
+def _email(domain: Regex) -> Regex:
+    """RFC 5321 Mailbox: a dot-string or quoted local part of at most 64 characters, "@",
+    then a domain or an IPv4 / IPv6 address literal."""
+    local = cpdfa.intersect(_dfa(f"{_DOT_STRING}|{_QUOTED_STRING}"), _dfa(f"(?s:.){{1,{_MAX_LOCAL_PART}}}"))
+    return seq([cpdfa.as_regex(local), literal("@"), alt([domain, parse_regex(_ADDRESS_LITERAL)])])
 
 
 def format_regex(name: str) -> Regex | None:
-    """The decoded strings we accept for a format (None: not a format we know)."""
-    if name not in FORMATS:
-        return None
-    if name not in _cache:
-        rx = parse_regex(FORMATS[name])
-        if name in ("hostname", "email", "idn-hostname", "idn-email"):
-            # RFC 5891: "--" in positions 3-4 marks an A-label (punycode), whose validity is
-            # not regular in practice; such labels are left out (over-constraint)
-            dashes = parse_regex(r"(?s:.*)(?:^|\.|@)[^.@]{2}--(?s:.*)".replace("(?:^|", "(?:"))
-            starts = parse_regex(r"[^.@]{2}--(?s:.*)")
-            rx = cpdfa.as_regex(cpdfa.difference(cpdfa.difference(cpdfa.from_regex(rx), cpdfa.from_regex(dashes)),
-                                                 cpdfa.from_regex(starts)))
-        _cache[name] = rx
-    return _cache[name]
+    """The decoded strings we accept for a format (None: not a format we know).
 
+    Each is the format's RFC language or a documented subset of it (a subset only
+    rejects some valid values; no format accepts an invalid one):
+
+    ===================== ====================================================== ===========================================
+    format                accepted                                               deliberately not accepted (valid but left out)
+    ===================== ====================================================== ===========================================
+    date                  RFC 3339 full-date ``YYYY-MM-DD``, real days only      --
+                          (Feb 29 in Gregorian leap years)
+    time                  RFC 3339 full-time ``HH:MM:SS[.frac]`` + ``Z``/``z``   leap second ``:60``
+                          or ``+HH:MM``/``-HH:MM``
+    date-time             date ``T``/``t`` time                                  leap second ``:60``
+    duration              RFC 3339 Appendix A (``P1Y2M3DT4H5M6S``, ``P2W``)      --
+    ipv4                  dotted quad, octets 0-255 without leading zeros        --
+    ipv6                  RFC 4291 text forms (``::``, embedded IPv4)            zone ids (``%eth0``)
+    hostname              RFC 1123 LDH labels joined by ``.``; ``--`` anywhere   labels over 30 characters, more than 8
+                          inside a label (``ab--cd``)                            labels, a trailing dot, A-labels
+                                                                                 (``xn--...``: punycode not checked)
+    idn-hostname          as hostname, without any label with ``--`` in          U-labels (non-ASCII), A-labels
+                          positions 3-4 (RFC 5891 4.2.3.1)
+    email                 RFC 5321 Mailbox: dot-string local part (atext) or     general address literals
+                          quoted string (printable ASCII, ``\\`` pairs), at     (``[tag:...]``), an empty quoted string
+                          most 64 characters; ``@``; a hostname (as above) or    ``""``, octets with leading zeros in a
+                          an address literal ``[127.0.0.1]``,                    literal, RFC 5322 comments and folding
+                          ``[IPv6:::1]`` (RFC 5321 IPv6-addr)                    whitespace, hostnames left out above
+    idn-email             as email                                               non-ASCII (RFC 6531 UTF-8 addresses)
+    uuid                  8-4-4-4-12 hex digits, either case, any version        --
+    uri                   RFC 3986 URI (scheme required)                         --
+    uri-reference         RFC 3986 URI-reference (URI or relative reference)     --
+    iri, iri-reference    as uri, uri-reference (ASCII)                          non-ASCII characters (RFC 3987)
+    json-pointer          RFC 6901 (``""`` or ``/``-tokens, ``~0`` ``~1``)       --
+    relative-json-pointer non-negative integer without leading zeros, then       index manipulation (``0+1``)
+                          ``#`` or a JSON pointer
+    regex                 ECMA-262 subset: characters, escaped punctuation,      groups, counted repeats, and everything
+                          ``\\d\\w\\s`` (and upper case), ``.``, classes,  else ECMA-262 allows
+                          each with at most one ``* + ?``; ``|``; ``^``, ``$``
+                          at the two ends
+    uri-template          RFC 6570 level 4, ASCII literals                       non-ASCII literals
+    ===================== ====================================================== ===========================================
+    """
+    if name in _cache:
+        return _cache[name]
+    if name in _FORMAT_BUILDERS:
+        rx = _FORMAT_BUILDERS[name]()
+    elif name in FORMATS:
+        rx = parse_regex(FORMATS[name])
+    else:
+        return None
+    _cache[name] = rx
+    return rx
+
+
+FORMAT_NAMES = frozenset(FORMATS) | frozenset(_FORMAT_BUILDERS)
+"""Every format :func:`format_regex` knows."""
 
 _cache: dict[str, Regex] = {}
-
