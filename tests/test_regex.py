@@ -245,6 +245,41 @@ def test_anchor_positions():
     assert (err.line, err.column) == (2, 1)
 
 
+def test_dollar_before_a_final_newline_under_full_match():
+    """Python's ``$`` also matches before a final newline; under full match that only
+    matters when something follows the ``$``, which we refuse, so ``a$`` is ``a`` alone."""
+    d = compile_regex(parse_regex("a$"))
+    assert d.matches(b"a") and not d.matches(b"a\n")
+    assert re.fullmatch("a$", "a\n") is None
+    assert re.fullmatch("a$\n", "a\n")  # $ then the newline itself: not regular here
+    assert (_err("a$\n").line, _err("a$\n").column) == (1, 2)
+
+
+# ---------------------------------------------------- ECMA-262 case folding
+
+
+@pytest.mark.parametrize("code, folded", [  # CaseFolding.txt, statuses C and S
+    (0x41, 0x61), (0x61, 0x61), (0x17F, 0x73), (0x212A, 0x6B), (0x3A3, 0x3C3), (0x3C2, 0x3C3),
+    (0x1E9E, 0xDF),    # S (its F mapping is "ss")
+    (0x1F88, 0x1F80),  # S
+    (0x1FD3, 0x390),   # S, added in Unicode 15.1
+    (0xAB70, 0x13A0),  # C: Cherokee folds to upper case
+    (0xDF, 0xDF), (0x130, 0x130), (0x149, 0x149),  # F / T only: no simple folding
+    (0x1C5, 0x1C6), (0x10400, 0x10428), (0x30, 0x30),
+])
+def test_simple_case_folding(code, folded):
+    assert regex_mod._simple_fold(code) == folded
+
+
+def test_simple_folding_negates_after_folding():
+    """ECMA-262: [^k] with i is every character but k, K and the Kelvin sign."""
+    rx = parse_regex("[^k]", re.I, case_folding="simple")
+    d = compile_regex(rx)
+    for ch in "kK\u212a":
+        assert not d.matches(ch.encode())
+    assert d.matches(b"a") and d.matches("\u017f".encode())
+
+
 # ---------------------------------------------------- unsupported constructs
 
 
