@@ -188,6 +188,10 @@ def test_a_pattern_that_is_no_string_is_a_configuration_error(pattern):
     ("a{,2}", None, None),        # a syntax error with the u flag, not {0,2}
     (r"\Z", None, None),          # not Python's end anchor
     ("^a$", ["a"], ["a\n"]),
+    # lenient syntax of real schemas (Annex B's one meaning), refused by from_regex(flavor="ecma")
+    (r"^5\-\:\_$", ["5-:_"], ["5"]),
+    ("^/{env}/x}]$", ["/{env}/x}]"], ["/e/x"]),
+    ("a{,5}", None, None),
 ])
 def test_json_schema_patterns_use_the_same_translator(pattern, inside, outside):
     """A JSON Schema ``pattern`` is searched (not anchored) with the same ECMA meaning."""
@@ -197,6 +201,9 @@ def test_json_schema_patterns_use_the_same_translator(pattern, inside, outside):
         with pytest.raises(gramgen.SchemaError):
             gramgen.Grammar.from_json_schema({"type": "string", "pattern": pattern})
         return
+    if pattern.startswith(("^5", "^/{")):
+        with pytest.raises(GrammarError):
+            gramgen.Grammar.from_regex(pattern, flavor="ecma")
     dfa = strings.pattern_dfa(pattern)
     for s in inside:
         assert dfa.matches(s)

@@ -23,6 +23,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import re
+import string
 from collections import defaultdict
 from functools import cache, lru_cache
 
@@ -561,6 +562,9 @@ _SYNTAX_CHARACTERS = "^$\\.*+?()[]{}|"
 _CONTROL_ESCAPES = {"f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09, "v": 0x0B}
 _HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
 _QUANTIFIER = re.compile(r"\{([0-9]+)(,([0-9]*))?\}")
+_QUANTIFIER_LIKE = re.compile(r"\{[0-9]*,[0-9]+\}|\{[0-9]+,?[0-9]*\}")
+"""A brace that reads as a quantifier: never taken as a literal, even by lenient syntax
+(``a{,5}`` is ``a{0,5}`` to Python and the literal ``a{,5}`` to Annex B)."""
 _ECMA_FLAG_LETTERS = "dgimsuy"
 """Flags ``from_regex(flavor="ecma")`` takes; d, g, u (always on) and y do not change
 which strings fully match."""
@@ -606,8 +610,9 @@ def _ecma_class(ranges: Ranges) -> str:
 class _EcmaTranslator:
     """Recursive descent over ECMA-262's Pattern grammar (u flag), writing Python text."""
 
-    def __init__(self, pattern: str, ignore_case: bool, multiline: bool, dot_all: bool):
+    def __init__(self, pattern: str, ignore_case: bool, multiline: bool, dot_all: bool, lenient: bool):
         self.p = pattern
+        self.lenient = lenient
         self.i = 0
         self.multiline = multiline
         self.dot_all = dot_all
@@ -664,6 +669,8 @@ class _EcmaTranslator:
             self.i += 1
         elif q == "{":
             m = _QUANTIFIER.match(self.p, self.i)
+            if not m and self.lenient and not _QUANTIFIER_LIKE.match(self.p, self.i):
+                return  # Annex B: a brace that is no quantifier is the character
             if not m:
                 raise PatternError("incomplete quantifier: write \\{ for the character {", self.i)
             lo, hi = int(m.group(1)), m.group(3)
@@ -713,6 +720,9 @@ class _EcmaTranslator:
             ranges = self.class_escape(start, in_class=False)
             self.emit(_esc(self.character_escape(in_class=False)) if ranges is None else _ecma_class(ranges),
                       start)
+        elif self.lenient and (ch in "]}" or ch == "{" and not _QUANTIFIER_LIKE.match(self.p, start)):
+            self.emit(_esc(ord(ch)), start)  # Annex B: the character itself
+            self.i += 1
         elif ch in "*+?{":
             raise PatternError(f"nothing to repeat before {ch!r} (write \\{ch} for the character)", start)
         elif ch in "]}":
@@ -770,6 +780,9 @@ class _EcmaTranslator:
         if in_class and c == "b":
             self.i += 2
             return 0x08
+        if self.lenient and c in string.punctuation:  # Annex B identity escape: \: \- \_ \@
+            self.i += 2
+            return ord(c)
         raise PatternError(f"invalid escape \\{c} (with the u flag only syntax characters, / and, "
                            "in a class, - may be escaped)", start)
 
@@ -839,7 +852,7 @@ class _EcmaTranslator:
 
 
 def translate_ecma(pattern: str, *, ignore_case: bool = False, multiline: bool = False,
-                   dot_all: bool = False) -> EcmaTranslation:
+                   dot_all: bool = False, lenient_syntax: bool = False) -> EcmaTranslation:
     """Python ``re`` text with exactly the meaning of the ECMA-262 ``pattern`` under the u
     flag (and i / m / s as given), to be read by :func:`parse_regex` (with
     ``case_folding="simple"`` under i); raises :class:`PatternError`.
@@ -851,11 +864,16 @@ def translate_ecma(pattern: str, *, ignore_case: bool = False, multiline: bool =
     as one code point, ``\\cX``, ``\\0``, ``(?<name>...)``. Rejected: backreferences
     (``\\1``, ``\\k<name>``), lookarounds, ``\\b`` / ``\\B``, ``\\p{...}``, inline
     modifiers, and whatever the u flag makes a syntax error (``a{``, lone ``]`` / ``}``,
-    identity escapes of letters, octal escapes)."""
+    identity escapes of letters, octal escapes).
+
+    ``lenient_syntax=True`` (JSON Schema patterns, often written for engines without the
+    u flag) also takes what Annex B gives one meaning: an escaped ASCII punctuation
+    character (``\\:``, ``\\-``, ``\\_``) and a lone ``]``, ``}`` or a ``{`` that cannot
+    be read as a quantifier are the characters themselves. The meaning stays the u flag's."""
     if not isinstance(pattern, str):
         raise PatternError(f"a pattern must be a string, not {type(pattern).__name__}")
     try:
-        return _EcmaTranslator(pattern, ignore_case, multiline, dot_all).run()
+        return _EcmaTranslator(pattern, ignore_case, multiline, dot_all, lenient_syntax).run()
     except RecursionError:
         raise PatternError("pattern is nested too deeply") from None
 

@@ -116,18 +116,20 @@ def string_literal(value: str) -> Regex:
 def ecma_to_python(pattern: str) -> str:
     """Python ``re`` syntax with the meaning of the ECMA-262 ``pattern`` (u flag): the one
     translator of :func:`gramgen.grammar.regex.translate_ecma`, shared with
-    ``Grammar.from_regex(flavor="ecma")``; raises :class:`PatternError`."""
-    return translate_ecma(pattern).python
+    ``Grammar.from_regex(flavor="ecma")``, with the lenient syntax real schemas need
+    (``\\-``, ``\\:``, a literal ``{``); raises :class:`PatternError`."""
+    return translate_ecma(pattern, lenient_syntax=True).python
 
 
 @functools.lru_cache(maxsize=1024)
 def pattern_dfa(pattern: str) -> cpdfa.CodepointDFA:
     """The decoded strings in which the ECMA-262 ``pattern`` finds a match (JSON Schema
-    patterns are not anchored), as a code-point DFA (shared: treat as read-only).
+    patterns are not anchored; u-flag meaning, lenient syntax as :func:`ecma_to_python`),
+    as a code-point DFA (shared: treat as read-only).
 
     ``^`` and ``$`` may stand anywhere (``^$|^\\S+$``, ``(^a|b$)``, ``^(x($|/))*$``): the
     pattern is searched in ``bos text eos`` with the anchors reading the markers."""
-    translation = translate_ecma(pattern)
+    translation = translate_ecma(pattern, lenient_syntax=True)
     try:
         core = parse_regex(translation.python, anchor_markers=ANCHOR_MARKERS)
     except GrammarError as exc:
