@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -27,6 +28,7 @@ from ...errors import CompileLimitError, ConfigurationError, GrammarError, Schem
 from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
 from ..sources import read_schema
+from .keywords import check_document
 from .layout import Layout
 from .loader import DRAFTS, Resolver, draft_of
 
@@ -78,6 +80,8 @@ any-value schema would otherwise need infinitely many. Deeper containers are lef
 the grammar (an over-constraint, never a wrong layout); a schema that cannot be met
 within the bound is a SchemaError saying so."""
 MAX_RULES = 200_000
+LITERAL_CHUNK = 1000
+"""enum / const text per lexeme, in characters (see ``_enum``)."""
 LONG_STRING = 256
 """Plain strings allowing more characters than this are counted in blocks by rules."""
 BLOCK = 64
@@ -110,7 +114,15 @@ class SchemaCompiler:
         self.layout = Layout.of(whitespace, separators, indent, max_whitespace)
         schema = read_schema(schema).value
         self.draft = draft or draft_of(schema)
+        if refs is not None and not isinstance(refs, Mapping):
+            raise ConfigurationError(f"refs must be a mapping of URI to schema, not {type(refs).__name__}")
+        #: pointers of keywords gramgen does not know (checked before anything reads them)
+        self.unknown_keywords = check_document(schema, self.draft)
+        for uri in refs or {}:
+            if not isinstance(uri, str):
+                raise ConfigurationError(f"refs: the URIs must be strings, not {uri!r}")
         self.resolver = Resolver(schema, self.draft, refs)
+        self.resolver.on_document = self._check_remote
         self.strict = strict
         self.lenient = lenient
         self.lenient_formats = lenient_formats
@@ -120,6 +132,9 @@ class SchemaCompiler:
         #: nonterminals are per (schema, depth); otherwise always 0
         self._depth = 0
         self._depth_capped = False  # some container was left out for MAX_INDENT_DEPTH
+        #: (pointer, keywords and why) of subschemas found to accept nothing, for the
+        #: message when the whole schema does
+        self._empties: list[tuple[str, str]] = []
         self.relaxed: list[str] = []
         #: pointers of ``format`` values that are no format gramgen knows, taken as
         #: annotations (any string) under ``lenient_formats``: ``Grammar.ir.meta["unknown_formats"]``
@@ -135,6 +150,14 @@ class SchemaCompiler:
         self._keep: list[Any] = []  # merged schemas stay alive so their ids stay unique
         self._n = 0
         self._validator_cls = None
+
+    def _check_remote(self, uri: str, doc: Any) -> None:
+        """A document of ``refs``, checked as the root was, once a reference reaches it."""
+        try:
+            draft = draft_of(doc, self.draft)
+        except SchemaError:
+            draft = self.draft  # a custom metaschema: read by the schema's draft
+        self.unknown_keywords += check_document(doc, draft, where=uri + "#")
 
     # -------------------------------------------------------------- plumbing
 
@@ -221,7 +244,7 @@ class SchemaCompiler:
     def build(self) -> GrammarIR:
         top = self.value(self.resolver.root)
         if top is None:
-            raise SchemaError("the schema accepts no JSON value at all" + self._cap_note(), "")
+            raise self._empty_error("the schema accepts no JSON value at all", "")
         if self.layout.flexible:
             ws = self.lex(self.layout.ws, "WS") if self.layout.max_ws > 0 else None
             if ws:
@@ -237,11 +260,26 @@ class SchemaCompiler:
         try:
             ir = _prune_unproductive(ir)
         except SchemaError as exc:
-            raise SchemaError(exc.message + self._cap_note(), exc.pointer) from None
+            raise self._empty_error(exc.message, exc.pointer) from None
         try:
             return collapse_regular(ir, max_regex_nodes=self.max_lexeme_nodes, max_expanded=4000)
         except GrammarError:
             return ir
+
+    def empty(self, node: Any, why: str) -> list[str]:
+        """No instance of this type is valid under ``node``: note which keywords made it
+        so (the error names them if the whole schema ends up empty); no alternatives."""
+        self._empties.append((self.resolver.pointer(node), why))
+        return []
+
+    def _empty_error(self, message: str, pointer: str) -> SchemaError:
+        """The schema accepts nothing: name the keywords that emptied its parts."""
+        if self._empties:
+            (first, why), rest = self._empties[0], self._empties[1:4]
+            also = "".join(f"; and at {p or '#'}: {w}" for p, w in rest)
+            more = f" (and {len(self._empties) - 4} more)" if len(self._empties) > 4 else ""
+            return SchemaError(f"{message}: {why}{also}{more}{self._cap_note()}", first)
+        return SchemaError(message + self._cap_note(), pointer)
 
     def _cap_note(self) -> str:
         if not self._depth_capped:
@@ -523,7 +561,7 @@ class SchemaCompiler:
     def _branches(self, node: dict) -> list[str]:
         """Alternatives (nonterminal names) of a normalized schema."""
         if node.get("__gramgen_conflict__"):
-            return []
+            return self.empty(node, "const: the parts of allOf / $ref ask for different values")
         if "if" in node or "then" in node or "else" in node:
             return self._alternatives(self._if_then_else(node))
         if "not" in node:
@@ -776,6 +814,8 @@ class SchemaCompiler:
 
     def _typed(self, node: dict) -> list[str]:
         types = set(_types_of(node))
+        if not types:
+            return self.empty(node, "type: the parts of allOf / $ref have no type in common")
         if "enum" in node or "const" in node:
             return self._enum(node, types)
         if self._too_deep() and types & {"array", "object"}:
@@ -828,8 +868,35 @@ class SchemaCompiler:
                 continue
             kept.append(v)
         if not kept:
-            return []
-        return [self.lex(alt([self.literal_value(v, self._depth) for v in kept]), "ENUM")]
+            kw = "const" if "const" in node else "enum"
+            return self.empty(node, f"{kw}: no value is of the allowed type and meets the other keywords")
+        # values in lexemes of at most LITERAL_CHUNK characters each (one lexeme is one
+        # automaton, and 10,000 values or a 10,000-character const would pass its budget);
+        # a longer string is a sequence of lexemes
+        out, group, size = [], [], 0
+        for v in kept:
+            n = len(json.dumps(v, ensure_ascii=False))
+            if isinstance(v, str) and n > LITERAL_CHUNK:
+                out.append(self._long_literal(v))
+                continue
+            if group and size + n > LITERAL_CHUNK:
+                out.append(self.lex(alt(group), "ENUM"))
+                group, size = [], 0
+            group.append(self.literal_value(v, self._depth))
+            size += n
+        if group:
+            out.append(self.lex(alt(group), "ENUM"))
+        return out
+
+    def _long_literal(self, v: str) -> str:
+        """A long string value as a rule over lexemes of LITERAL_CHUNK characters."""
+        chars = [strings.json_char(((ord(c), ord(c)),)) for c in v]
+        pieces = [chars[i:i + LITERAL_CHUNK] for i in range(0, len(chars), LITERAL_CHUNK)]
+        pieces[0] = [literal('"'), *pieces[0]]
+        pieces[-1] = [*pieces[-1], literal('"')]
+        sym = self.fresh("literal")
+        self.rule(sym, *(self.lex(seq(p), "CHUNK") for p in pieces))
+        return sym
 
     def _valid(self, value: Any, schema: Any) -> bool:
         """Whether ``value`` satisfies ``schema`` (refs already absolute), per jsonschema;
@@ -917,6 +984,10 @@ class SchemaCompiler:
         if integer and node.get("__not_integer__"):
             return []
         rx = numbers.number_regex(integer, lo, hi, xlo, xhi, step)
+        if any(b is not None for b in (lo, hi, xlo, xhi)) and cpdfa.from_regex(rx).is_empty():
+            named = [f"{kw} {node[kw]}" for kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
+                                                    "multipleOf") if kw in node]
+            return self.empty(node, f"no {'integer' if integer else 'number'} meets {', '.join(named)}")
         if node.get("__not_integer__"):  # numbers with a non-zero fraction
             rx = cpdfa.regex_and(rx, numbers.NON_INTEGER)
         excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -967,9 +1038,9 @@ class SchemaCompiler:
                 self.unknown_format(fmt, node)
         negated = node.get("__not_pattern__", []) + node.get("__not_format__", [])
         excluded = [v for v in node.get("__not_enum__", []) if isinstance(v, str)]
+        if hi is not None and hi < lo:
+            return self.empty(node, f"minLength {lo} > maxLength {hi}")
         if not constraints and not negated and not excluded:
-            if hi is not None and hi < lo:
-                return []
             if max(lo, hi or 0) > LONG_STRING:
                 return [self._long_string(lo, hi)]
             return [self.lex(strings.quoted(Repeat(strings.ANY_JSON_CHAR, lo, hi)), "STR")]
@@ -980,7 +1051,7 @@ class SchemaCompiler:
             d = rx if isinstance(rx, cpdfa.CodepointDFA) else cpdfa.from_regex(rx)
             dfa = d if dfa is None else cpdfa.intersect(dfa, d)
             if dfa.is_empty():
-                return []
+                return self.empty(node, "no string matches all of its pattern / format keywords")
         if lo or hi is not None:
             # the length counter multiplies the states; skip it when the other constraints
             # already keep every string within lo..hi (a hostname is at most 247 long)
@@ -988,7 +1059,7 @@ class SchemaCompiler:
             if shortest < lo or hi is not None and (longest is None or longest > hi):
                 dfa = cpdfa.intersect(dfa, cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), lo, hi)))
                 if dfa.is_empty():
-                    return []
+                    return self.empty(node, "no string of minLength / maxLength matches its pattern / format")
         dfa = self._exclude_strings(dfa, node)
         if dfa.is_empty():
             return []
@@ -1102,7 +1173,7 @@ class SchemaCompiler:
         if node.get("uniqueItems") is True and (hi is None or hi > 1):
             self.unsupported("uniqueItems", node, "item uniqueness is not context-free")
         if hi is not None and hi < lo:
-            return []
+            return self.empty(node, f"minItems {lo} > maxItems {hi}")
         contains = node.get("contains") if self.draft >= 6 else None
         min_c = self._count(node, "minContains", 1) if contains is not None else 0
         max_c = self._count(node, "maxContains", None) if contains is not None else None
@@ -1114,7 +1185,7 @@ class SchemaCompiler:
             contains, min_c, max_c = node["__contains__"], 1, None
         contains_kw = "items" if "__contains__" in node else "contains"  # what an error names
         if max_c is not None and max_c < min_c:
-            return []
+            return self.empty(node, f"minContains {min_c} > maxContains {max_c}")
         options: dict[int, list[tuple[str, int]]] = {}  # position -> [(item symbol, counts as contained)]
 
         def item_options(i: int) -> list[tuple[str, int]]:
@@ -1199,7 +1270,7 @@ class SchemaCompiler:
         min_p = self._count(node, "minProperties", 0)
         max_p = self._count(node, "maxProperties", None)
         if max_p is not None and max_p < min_p:
-            return []
+            return self.empty(node, f"minProperties {min_p} > maxProperties {max_p}")
         # each part: (its patterns as (pattern, key automaton, schema), its additionalProperties
         # as written: a name listed in `required` is declared, also under strict)
         pp_parts = node.get("__pp_parts__") or [((), patterns, node.get("additionalProperties", True))]
@@ -1223,7 +1294,7 @@ class SchemaCompiler:
         for name in declared:
             if names_dfa is not None and not names_dfa.matches(name):
                 if name in required:
-                    return []
+                    return self.empty(node, f"required: {name!r} is not allowed by propertyNames")
                 continue
             if name in props:  # (merged properties already hold what every part applies)
                 parts = [props[name], *(sub for _, d, sub in pattern_dfas if d.matches(name))]
@@ -1235,7 +1306,7 @@ class SchemaCompiler:
             sym = self.child(schema)
             if sym is None:
                 if name in required:
-                    return []
+                    return self.empty(node, f"required: property {name!r} can have no value")
                 continue
             entries.append((name, sym, name in required))
         # keys beyond the declared ones

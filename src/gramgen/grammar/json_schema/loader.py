@@ -8,6 +8,7 @@ Remote documents come only from the caller's ``refs`` mapping.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
@@ -55,6 +56,11 @@ class Resolver:
         #: id from being reused by another object while the entry exists
         self.pointers: dict[int, tuple[Any, str]] = {}
         self.root = self._absolutize(root, ROOT_URI, "", top=True)
+        #: resources of the root document (checked up front by the compiler); the caller's
+        #: documents are handed to ``on_document`` when a reference first reaches them
+        self._root_bases = set(self.documents)
+        self._reached: set[str] = set()
+        self.on_document: Callable[[str, Any], None] | None = None
         for uri, doc in (refs or {}).items():
             base, _ = urldefrag(uri)
             if base not in self.documents:
@@ -113,6 +119,10 @@ class Resolver:
         if doc is None:
             raise SchemaError(f"$ref {uri!r} points outside the schema and no document for it was given "
                               "(remote references are never fetched: pass refs={uri: schema})", where)
+        if base not in self._root_bases and base not in self._reached:
+            self._reached.add(base)
+            if self.on_document is not None:
+                self.on_document(base, doc)
         if not fragment:
             return doc
         if not fragment.startswith("/"):
@@ -129,4 +139,7 @@ class Resolver:
                 node = node[int(token)]
             else:
                 raise SchemaError(f"$ref {uri!r} does not resolve", where)
+        if not isinstance(node, (dict, bool)):
+            raise SchemaError(f"$ref {uri!r} points at a {type(node).__name__} value, not at a schema "
+                              "(an object or a boolean)", where)
         return node
