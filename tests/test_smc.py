@@ -13,8 +13,8 @@ import pytest
 from synthetic import binary_setup, enumerate_language, smollm2, smollm2_yes_no
 
 import gramgen
-from gramgen import ASAp, ConfigurationError
-from gramgen.generation import SMC, MatcherConstraint, TransformersLM, smc
+from gramgen import ConfigurationError
+from gramgen.generation import SMC, ASApTrie, MatcherConstraint, TransformersLM, smc
 
 
 def _z_hats(lm, cg, k, runs, seed0=0, twist=None, prompt=(0,), max_new_tokens=16):
@@ -79,7 +79,7 @@ def test_asap_twist_keeps_z_unbiased():
     locally constrained proposal need not lower the variance, so that is not asserted.)"""
     vocab, cg, lm = binary_setup(seed=1, scale=1.0)
     z = math.exp(enumerate_language(lm, cg, [0]).log_z)
-    asap = ASAp(lm, cg, [0], max_new_tokens=16, seed=0)
+    asap = ASApTrie(lm, cg, [0], max_new_tokens=16, seed=0)
     for _ in range(300):
         asap.sample()
     twisted = _z_hats(lm, cg, 10, 200, seed0=500, twist=asap.twist)

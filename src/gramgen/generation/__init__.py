@@ -12,11 +12,11 @@ from .constraint import (Constraint, EvaluationCounter, MatcherConstraint, Predi
 from .lm import LanguageModel, Session, SyntheticLM, TransformersLM
 from .loop import Choice, Sequence, run
 from .result import FinishReason, GenerationResult, GenerationStats
-from .samplers import (AWRS, SAMPLERS, SMC, ASAp, ASApSample, ASApSampling, AWRSStep, Constrained,
-                       SamplerOptions, SMCResult, awrs_step, smc)
+from .samplers import (AWRS, SAMPLERS, SMC, ASAp, ASApSample, ASApSampling, ASApTrie, AWRSStep,
+                       Constrained, SamplerOptions, SMCResult, awrs_step, smc)
 
 __all__ = [
-    "ASAp", "ASApSample", "ASApSampling", "AWRS", "AWRSStep", "Choice", "Constrained", "Constraint",
+    "ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSStep", "Choice", "Constrained", "Constraint",
     "EvaluationCounter", "FinishReason", "GenerationResult", "GenerationStats", "LanguageModel",
     "MatcherConstraint", "PredicateConstraint", "SAMPLERS", "SMC", "SMCResult", "SamplerOptions",
     "Sequence", "Session", "SyntheticLM", "Target", "TransformersLM", "as_constraint", "awrs_step",

@@ -12,6 +12,7 @@ import threading
 import weakref
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any, Literal
 
 import numpy as np
@@ -20,18 +21,19 @@ from .._lru import LRU
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError
 from ..grammar import Grammar
+from ..grammar.json_schema.compiler import DEFAULT_WHITESPACE
 from ..grammar.sources import read_schema
 from ..runtime import CompiledGrammar, compile as compile_grammar
 from .constraint import Constraint, MatcherConstraint, require_masks
-from .lm import LanguageModel
+from .lm import LanguageModel, context_length
 from .loop import Sequence, run
 from .result import GenerationResult
-from .samplers import (AWRS, SMC, ASAp, ASApSampling, AWRSSampler, Constrained, MaskedSampler,
-                       SamplerOptions, sampler_options, smc)
+from .samplers import (AWRS, SMC, ASAp, ASApSampling, ASApTrie, AWRSSampler, Constrained,
+                       MaskedSampler, SamplerOptions, sampler_options, shared_state, smc)
 
 __all__ = ["Target", "generate", "target_for"]
 
-Whitespace = Literal["compact", "flexible"]
+Whitespace = Literal["compact", "standard", "flexible"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,16 @@ def _cached(key: tuple, build) -> CompiledGrammar:
 
 def target_for(vocab: Vocabulary, *, schema: Any = None, grammar: Grammar | CompiledGrammar | None = None,
                lark: str | None = None, gbnf: str | None = None, regex: str | None = None,
-               constraint: Constraint | None = None, whitespace: Whitespace = "compact") -> Target:
-    """The one constraint given, compiled for ``vocab`` (cached per constraint and
-    vocabulary: a second call with an equal schema or grammar text reuses the compile)."""
+               constraint: Constraint | None = None, whitespace: Whitespace = DEFAULT_WHITESPACE,
+               separators: tuple[str, str] | None = None, indent: int | str | None = None,
+               strict: bool = True) -> Target:
+    """The one constraint given, compiled for ``vocab`` (cached per constraint, layout and
+    vocabulary: a second call with an equal schema or grammar text reuses the compile).
+
+    ``whitespace``, ``separators``, ``indent`` and ``strict`` go to
+    :meth:`Grammar.from_json_schema` for ``schema=``; ``strict=True`` (the default here,
+    unlike the compiler's) allows no object key a schema does not declare unless it says
+    so with ``additionalProperties`` or ``unevaluatedProperties``."""
     given = {k: v for k, v in dict(schema=schema, grammar=grammar, lark=lark, gbnf=gbnf,
                                    regex=regex, constraint=constraint).items() if v is not None}
     if len(given) != 1:
@@ -76,11 +85,23 @@ def target_for(vocab: Vocabulary, *, schema: Any = None, grammar: Grammar | Comp
         raise ConfigurationError("give exactly one of schema=, grammar=, lark=, gbnf=, regex=, "
                                  f"constraint= (got {names})")
     (kind, value), = given.items()
+    if not isinstance(strict, bool):
+        raise ConfigurationError(f"strict must be True or False, not {strict!r}")
+    if kind != "schema" and (separators is not None or indent is not None):
+        raise ConfigurationError(f"separators= and indent= lay out the JSON of a schema=, not "
+                                 f"a {kind}= (build the Grammar with Grammar.from_json_schema "
+                                 "to lay it out)")
     fp = vocab.fingerprint
     if kind == "schema":
         source = read_schema(value)
-        cg = _cached(("schema", source.key, whitespace, fp), lambda: compile_grammar(
-            Grammar.from_json_schema(source.value, whitespace=whitespace), vocab))
+        layout = dict(whitespace=whitespace, strict=strict)
+        if separators is not None:
+            layout["separators"] = separators
+        if indent is not None:
+            layout["indent"] = indent
+        key = ("schema", source.key, whitespace, repr(separators), repr(indent), strict, fp)
+        cg = _cached(key, lambda: compile_grammar(
+            Grammar.from_json_schema(source.value, **layout), vocab))
         return Target(cg, is_json=True, model=source.model)
     if kind == "constraint":
         if not all(callable(getattr(value, m, None)) for m in ("check", "advance", "fork", "is_complete")):
@@ -112,10 +133,12 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
              schema: Any = None, grammar: Grammar | CompiledGrammar | None = None,
              lark: str | None = None, gbnf: str | None = None, regex: str | None = None,
              constraint: Constraint | None = None,
-             sampler: str | SamplerOptions = "constrained", num_particles: int | None = None,
+             sampler: str | SamplerOptions | ASAp = "constrained", num_particles: int | None = None,
              speculative: Any = None, max_new_tokens: int = 512, temperature: float = 0.0,
              top_p: float | None = None, top_k: int | None = None, seed: int | None = None,
-             chat: bool = True, whitespace: Whitespace = "compact",
+             chat: bool = True, whitespace: Whitespace = DEFAULT_WHITESPACE,
+             separators: tuple[str, str] | None = None, indent: int | str | None = None,
+             strict: bool = True,
              jump_forward: bool = True) -> GenerationResult | list[GenerationResult]:
     """Generate text that the given constraint accepts.
 
@@ -126,26 +149,42 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     ``mask``). Compiled grammars are cached per constraint and vocabulary.
 
     ``prompt``: a string (wrapped in the tokenizer's chat template unless ``chat=False``),
-    token ids, or a list of either (generated as one batch; returns a list).
+    token ids, or a list of either (generated as one batch; returns a list; an empty list
+    is an empty batch). A prompt must come to at least one token (a tokenizer that adds
+    no BOS gives none for ``""`` with ``chat=False``: that is an error), and when the model
+    states its ``context_length``, prompt plus ``max_new_tokens`` must fit in it.
     ``sampler``: ``"constrained"`` (masked; greedy at ``temperature=0``, else sampled with
     ``top_k`` / ``top_p``; ``jump_forward`` emits forced tokens without a draw), ``"awrs"``,
-    ``"smc"`` (``num_particles``), ``"asap"``, or an options object
-    (:class:`~gramgen.generation.Constrained`, ``AWRS``, ``SMC``, ``ASApSampling``).
-    ``seed`` makes sampling reproducible. ``whitespace`` goes to the JSON Schema compiler.
+    ``"smc"`` (``num_particles``), ``"asap"`` (learns across calls with the same model,
+    grammar, prompt and ``max_new_tokens``, in a per-model :class:`~gramgen.ASAp` kept in
+    the process), a :class:`~gramgen.ASAp` of your own to learn in (keep it, save it), or
+    an options object (:class:`~gramgen.generation.Constrained`, ``AWRS``, ``SMC``,
+    ``ASApSampling``). ``seed`` (an int >= 0) makes sampling reproducible.
+    ``whitespace``, ``separators``, ``indent`` (as in ``json.dumps``) and ``strict`` go to
+    the JSON Schema compiler; ``strict=True`` (default) allows no undeclared object keys
+    unless the schema allows them explicitly (``additionalProperties`` /
+    ``unevaluatedProperties``); ``strict=False`` reads the schema as the specification does.
     Every bad argument raises :class:`~gramgen.ConfigurationError` before any work.
     """
     if speculative is not None:
         raise ConfigurationError("speculative decoding is not available in generate() yet")
     options = sampler_options(sampler, temperature=temperature, top_k=top_k, top_p=top_p,
                               num_particles=num_particles, jump_forward=jump_forward)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
         raise ConfigurationError(f"max_new_tokens must be a positive int, not {max_new_tokens!r}")
+    max_new_tokens = int(max_new_tokens)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0):
+        raise ConfigurationError(f"seed must be an int >= 0 or None, not {seed!r}")
+    if not isinstance(chat, bool):
+        raise ConfigurationError(f"chat must be True or False, not {chat!r}")
     if not isinstance(model, LanguageModel):
         raise ConfigurationError(f"model must be a gramgen.Model (see gramgen.load_model) or another "
                                  f"gramgen LanguageModel, not {type(model).__name__}")
-    target = target_for(model.vocab, schema=schema, grammar=grammar, lark=lark, gbnf=gbnf,
-                        regex=regex, constraint=constraint, whitespace=whitespace)
     single, prompts = _prompt_ids(model, prompt, chat)
+    _check_room(model, prompts, max_new_tokens)
+    target = target_for(model.vocab, schema=schema, grammar=grammar, lark=lark, gbnf=gbnf,
+                        regex=regex, constraint=constraint, whitespace=whitespace,
+                        separators=separators, indent=indent, strict=strict)
     if target.compiled is None:
         if isinstance(options, ASApSampling):
             raise ConfigurationError("sampler 'asap' needs a grammar or schema, not a constraint=")
@@ -157,25 +196,65 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     return results[0] if single else results
 
 
+def _is_ids(p) -> bool:
+    return (isinstance(p, (list, tuple)) and len(p) > 0
+            and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in p))
+
+
 def _prompt_ids(model, prompt, chat: bool) -> tuple[bool, list[list[int]]]:
-    """(whether ``prompt`` was one prompt, the token ids of each)."""
-    def ids_of(p) -> list[int]:
+    """(whether ``prompt`` was one prompt, the token ids of each); every prompt has at
+    least one token, each a valid id of the model's vocabulary."""
+    size = model.vocab.size
+
+    def ids_of(p, where: str) -> list[int]:
         if isinstance(p, str):
             tokenize = getattr(model, "prompt_ids", None)
             if tokenize is None:
                 raise ConfigurationError(f"a {type(model).__name__} has no tokenizer: give the "
                                          "prompt as token ids")
-            return list(tokenize(p, chat=chat))
-        if isinstance(p, (list, tuple)) and p and all(isinstance(t, (int, np.integer)) for t in p):
+            ids = [int(t) for t in tokenize(p, chat=chat)]
+            if not ids:
+                raise ConfigurationError(
+                    f"{where} {p!r} comes to no tokens (this tokenizer adds no BOS and "
+                    f"{'the model has no chat template' if chat else 'chat=False'}): a model needs "
+                    "at least one token to continue; give a non-empty prompt")
+            return ids
+        if _is_ids(p):
+            bad = [int(t) for t in p if not 0 <= int(t) < size]
+            if bad:
+                raise ConfigurationError(f"{where} holds token id {bad[0]}, outside the model's "
+                                         f"vocabulary [0, {size})")
             return [int(t) for t in p]
-        raise ConfigurationError("prompt must be a string, token ids, or a list of either")
+        if isinstance(p, (list, tuple)) and not p:
+            raise ConfigurationError(f"{where} is an empty list of token ids: a model needs at "
+                                     "least one token to continue")
+        raise ConfigurationError(f"{where} must be a string or a list of token ids, not "
+                                 f"{type(p).__name__}")
 
-    if isinstance(prompt, str) or (isinstance(prompt, (list, tuple)) and prompt
-                                   and all(isinstance(t, (int, np.integer)) for t in prompt)):
-        return True, [ids_of(prompt)]
+    if isinstance(prompt, str) or _is_ids(prompt):
+        return True, [ids_of(prompt, "prompt")]
     if not isinstance(prompt, (list, tuple)):
-        raise ConfigurationError("prompt must be a string, token ids, or a list of either")
-    return False, [ids_of(p) for p in prompt]
+        raise ConfigurationError(f"prompt must be a string, token ids, or a list of either, not "
+                                 f"{type(prompt).__name__}")
+    return False, [ids_of(p, f"prompt[{i}]") for i, p in enumerate(prompt)]
+
+
+def _check_room(model, prompts: list[list[int]], max_new_tokens: int) -> None:
+    """Refuse prompts that, with ``max_new_tokens``, do not fit the model's context (when
+    the model states one as ``context_length``)."""
+    context = context_length(model)
+    if context is None:
+        return
+    for i, ids in enumerate(prompts):
+        where = "the prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        if len(ids) >= context:
+            raise ConfigurationError(f"{where} is {len(ids)} tokens, but the model's context "
+                                     f"holds {context}: shorten the prompt")
+        if len(ids) + max_new_tokens > context:
+            raise ConfigurationError(
+                f"{where} ({len(ids)} tokens) plus max_new_tokens={max_new_tokens} exceeds the "
+                f"model's context of {context} tokens: use max_new_tokens <= {context - len(ids)} "
+                "or a shorter prompt")
 
 
 def _generate_ids(model, prompts: list[list[int]], target: Target, options, max_new_tokens: int,
@@ -210,7 +289,7 @@ def _generate_ids(model, prompts: list[list[int]], target: Target, options, max_
 def _smc(model, prompt, target: Target, options: SMC, max_new_tokens: int, seed) -> GenerationResult:
     rng = np.random.default_rng(seed)
     twist = options.twist
-    if isinstance(twist, ASAp):
+    if isinstance(twist, ASApTrie):
         if twist.prompt_ids != prompt or twist.max_new_tokens != max_new_tokens:
             raise ConfigurationError("an ASAp twist must be built for the same prompt and "
                                      "max_new_tokens as the SMC run")
@@ -235,26 +314,44 @@ def _smc(model, prompt, target: Target, options: SMC, max_new_tokens: int, seed)
 
 
 def _asap(model, prompt, target: Target, options: ASApSampling, max_new_tokens: int, seed) -> GenerationResult:
-    asap = options.trie
-    if asap is None:
-        asap = ASAp(model, target.compiled, prompt, max_new_tokens=max_new_tokens, seed=seed)
-    elif (asap.prompt_ids != prompt or asap.max_new_tokens != max_new_tokens
-          or not asap.same_grammar(target.compiled)):
-        raise ConfigurationError("the ASAp trie passed was built for another prompt, grammar or "
+    state, trie = options.state, options.trie
+    if trie is None:
+        state = state if state is not None else shared_state(model)
+        with state._lock:   # one draw at a time per ASAp: a trie is not shared by threads
+            trie = state.trie(model, target.compiled, prompt, max_new_tokens=max_new_tokens)
+            try:
+                return _asap_draw(model, prompt, target, trie, options.warmup, seed)
+            finally:
+                state._release(trie)
+    if trie.lm is None:
+        raise ConfigurationError("this ASApTrie belongs to a gramgen.ASAp: pass the ASAp as "
+                                 "sampler= instead")
+    if trie.lm is not model:
+        raise ConfigurationError("the ASApTrie passed was built for another model")
+    if (trie.prompt_ids != prompt or trie.max_new_tokens != max_new_tokens
+            or not trie.same_grammar(target.compiled)):
+        raise ConfigurationError("the ASApTrie passed was built for another prompt, grammar or "
                                  "max_new_tokens")
-    masks_before = asap.mask_evaluations
-    for _ in range(options.warmup):
-        asap.sample()
-    s = asap.sample()
-    masks = asap.mask_evaluations - masks_before
+    return _asap_draw(model, prompt, target, trie, options.warmup, seed)
+
+
+def _asap_draw(model, prompt, target: Target, trie: ASApTrie, warmup: int, seed) -> GenerationResult:
+    """``warmup`` samples to refine ``trie``, then the one returned."""
+    if seed is not None:
+        trie.rng = np.random.default_rng(seed)
+    masks_before = trie.mask_evaluations
+    for _ in range(warmup):
+        trie.sample()
+    s = trie.sample()
+    masks = trie.mask_evaluations - masks_before
     seq = Sequence(prompt, None, tokens=s.tokens[:-1], logprob=s.logprob, finish="eos",
                    eos_token=s.tokens[-1])
     seq.stats.sampled_tokens = len(s.tokens)
     seq.stats.prompt_tokens = len(prompt)
     result = _result(model.vocab, seq, target)
     result.extras.update(constraint_evaluations=masks * model.vocab.size, masks=masks,
-                         trie_nodes=asap.num_nodes, samples_drawn=asap.samples_drawn,
-                         steps=len(s.tokens))
+                         trie_nodes=trie.num_nodes, trie_bytes=trie.nbytes,
+                         samples_drawn=trie.samples_drawn, steps=len(s.tokens))
     return result
 
 

@@ -9,6 +9,7 @@ sampler can be compared with a full mask (``vocab.size`` evaluations per step).
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
@@ -102,15 +103,43 @@ class MatcherConstraint:
         return self.matcher.is_accepting()
 
 
+def _split_utf8(data: bytes) -> tuple[str, bytes]:
+    """(the text of ``data``, the bytes of an incomplete UTF-8 character at its end, which
+    the next token may complete); other invalid bytes become U+FFFD."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(data, final=False)
+    return text, decoder.getstate()[0]
+
+
 def _decode_prefix(data: bytes) -> str:
-    """The text of ``data``, holding back an incomplete UTF-8 character at the end (the
-    next token may complete it); other invalid bytes become U+FFFD."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.reason == "unexpected end of data":
-            return data[:exc.start].decode("utf-8", errors="replace")
-        return data.decode("utf-8", errors="replace")
+    """The text of ``data``, holding back an incomplete UTF-8 character at the end."""
+    return _split_utf8(data)[0]
+
+
+#: code points tried when asking whether an incomplete character can be completed; past
+#: this many refused ones it is assumed it can (only 4-byte characters come near it)
+MAX_COMPLETIONS = 4096
+_SIZES = ((0xC2, 0xDF, 2, 0x80, 0x7FF), (0xE0, 0xEF, 3, 0x800, 0xFFFF),
+          (0xF0, 0xF4, 4, 0x10000, 0x10FFFF))
+
+
+def completions(pending: bytes):
+    """The characters whose UTF-8 encoding starts with ``pending`` (a valid incomplete
+    character, as :func:`_split_utf8` leaves one), in code point order."""
+    lead = pending[0]
+    for low, high, size, first, last in _SIZES:
+        if low <= lead <= high:
+            break
+    else:
+        return
+    free = 6 * (size - len(pending))
+    value = lead & (0xFF >> (size + 1))
+    for b in pending[1:]:
+        value = (value << 6) | (b & 0x3F)
+    start, stop = max(value << free, first), min(((value + 1) << free) - 1, last)
+    for cp in range(start, stop + 1):
+        if not 0xD800 <= cp <= 0xDFFF:
+            yield chr(cp)
 
 
 class PredicateConstraint:
@@ -120,21 +149,43 @@ class PredicateConstraint:
     text (it is called on every candidate text, so it must be prefix-closed: if it holds
     for a text it holds for every prefix). ``complete_ok(text)`` decides whether EOS may
     follow. Special tokens other than EOS are never allowed.
+
+    The predicates only ever see whole characters. A token that ends inside a UTF-8
+    character is allowed when ``prefix_ok`` holds for the text with some character those
+    bytes can still become (up to :data:`MAX_COMPLETIONS` tried, in code point order);
+    EOS is never allowed inside a character.
     """
 
     def __init__(self, vocab: Vocabulary, prefix_ok: Callable[[str], bool],
                  complete_ok: Callable[[str], bool], counter: EvaluationCounter | None = None,
-                 _data: bytes = b"", _done: bool = False):
+                 _data: bytes = b"", _done: bool = False, _completable: dict | None = None):
         self.vocab = vocab
         self.prefix_ok = prefix_ok
         self.complete_ok = complete_ok
         self.counter = counter or EvaluationCounter()
         self._data = _data
         self._done = _done
+        #: (text, incomplete bytes) -> whether a character completes them acceptably;
+        #: shared by forks
+        self._completable: dict[tuple[str, bytes], bool] = {} if _completable is None else _completable
 
     @property
     def text(self) -> str:
         return _decode_prefix(self._data)
+
+    def _can_complete(self, text: str, pending: bytes) -> bool:
+        key = (text, pending)
+        found = self._completable.get(key)
+        if found is None:
+            found = False
+            for i, char in enumerate(completions(pending)):
+                if i == MAX_COMPLETIONS or self.prefix_ok(text + char):
+                    found = True
+                    break
+            if len(self._completable) >= 4096:
+                self._completable.clear()
+            self._completable[key] = found
+        return found
 
     def check(self, token: int) -> bool:
         self.counter.count += 1
@@ -146,10 +197,16 @@ class PredicateConstraint:
         piece = self.vocab.token_bytes(token) if 0 <= token < self.vocab.size else b""
         if not piece:
             return False
-        return bool(self.prefix_ok(_decode_prefix(self._data + piece)))
+        text, pending = _split_utf8(self._data + piece)
+        if not pending:
+            return bool(self.prefix_ok(text))
+        return bool(self.prefix_ok(text)) and self._can_complete(text, pending)
 
     def is_complete(self) -> bool:
-        return not self._done and bool(self.complete_ok(self.text))
+        if self._done:
+            return False
+        text, pending = _split_utf8(self._data)
+        return not pending and bool(self.complete_ok(text))
 
     def advance(self, token: int) -> None:
         token = int(token)
@@ -164,7 +221,7 @@ class PredicateConstraint:
 
     def fork(self) -> PredicateConstraint:
         return PredicateConstraint(self.vocab, self.prefix_ok, self.complete_ok, self.counter,
-                                   self._data, self._done)
+                                   self._data, self._done, self._completable)
 
 
 def known_mask(constraint) -> np.ndarray | None:

@@ -12,48 +12,84 @@ awrs           the same local distribution as ``constrained`` at temperature 1, 
 smc            ``num_particles`` AWRS sequences, weighted and resampled: consistent
                for the model conditioned on the constraint, with an unbiased estimate
                of the probability that the model's output is accepted.
-asap           exact conditional in the limit: an :class:`~gramgen.ASAp` trie learns
-               how likely each prefix is to end grammatically.
+asap           exact conditional in the limit: an :class:`ASApTrie` per prompt and
+               grammar learns how likely each prefix is to end grammatically; the
+               tries live in a :class:`~gramgen.ASAp` kept across calls (one per
+               model in process by default, or one you hold, save and load).
 =============  =====================================================================
 
 Each has a small frozen options class (:class:`Constrained`, :class:`AWRS`, :class:`SMC`,
 :class:`ASApSampling`); :func:`sampler_options` turns ``generate``'s ``sampler=`` and its
-keyword arguments into one, validated once.
+keyword arguments into one, validated once. ``sampler=`` may also be a :class:`~gramgen.ASAp`
+(or one :class:`ASApTrie`): ASAp sampling that learns in it.
 """
 
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
 from typing import Union
 
 from ...errors import ConfigurationError
-from .asap import ASAp, ASApSample, ASApSampling
+from .asap import ASAp, ASApSample, ASApSampling, ASApTrie, shared_state
 from .awrs import AWRS, AWRSSampler, AWRSStep, WithoutReplacement, awrs_step
 from .masked import Constrained, MaskedSampler
 from .smc import SMC, SMCResult, SMCSampler, smc
 
-__all__ = ["ASAp", "ASApSample", "ASApSampling", "AWRS", "AWRSSampler", "AWRSStep", "Constrained",
+__all__ = ["ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSSampler", "AWRSStep", "Constrained",
            "MaskedSampler", "SAMPLERS", "SMC", "SMCResult", "SMCSampler", "SamplerOptions",
-           "WithoutReplacement", "awrs_step", "sampler_options", "smc"]
+           "WithoutReplacement", "awrs_step", "check_sampling_arguments", "sampler_options",
+           "shared_state", "smc"]
 
 SAMPLERS = ("constrained", "awrs", "smc", "asap")
 
 SamplerOptions = Union[Constrained, AWRS, SMC, ASApSampling]
 
 
-def sampler_options(sampler: str | SamplerOptions, *, temperature: float = 0.0,
+def check_sampling_arguments(temperature, top_k, top_p, num_particles) -> None:
+    """Raise :class:`~gramgen.ConfigurationError` naming the first argument that is not a
+    usable value: ``temperature`` a finite number >= 0, ``top_k`` a positive int,
+    ``top_p`` a number in (0, 1], ``num_particles`` a positive int (None: not given)."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, Real)
+            or not math.isfinite(temperature) or temperature < 0):
+        raise ConfigurationError(f"temperature must be a finite number >= 0 (0 = greedy), "
+                                 f"not {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1):
+        raise ConfigurationError(f"top_k must be a positive int or None, not {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, Real)
+                              or not 0 < top_p <= 1):   # (NaN fails the comparison)
+        raise ConfigurationError(f"top_p must be a number in (0, 1] or None, not {top_p!r}")
+    if num_particles is not None and (isinstance(num_particles, bool)
+                                      or not isinstance(num_particles, Integral) or num_particles < 1):
+        raise ConfigurationError(f"num_particles must be a positive int, not {num_particles!r} "
+                                 "(None: the SMC default)")
+
+
+def sampler_options(sampler: str | SamplerOptions | ASAp | ASApTrie, *, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float | None = None,
                     num_particles: int | None = None, jump_forward: bool = True) -> SamplerOptions:
-    """The options object for ``sampler`` (a name or an options object) and the loose
-    keyword arguments of :func:`gramgen.generate`; every combination that cannot apply
-    raises :class:`~gramgen.ConfigurationError`."""
+    """The options object for ``sampler`` (a name, an options object, or the ASAp state to
+    learn in) and the loose keyword arguments of :func:`gramgen.generate`; every value or
+    combination that cannot apply raises :class:`~gramgen.ConfigurationError`."""
+    check_sampling_arguments(temperature, top_k, top_p, num_particles)
+    temperature = float(temperature)
+    top_k = None if top_k is None else int(top_k)
+    top_p = None if top_p is None else float(top_p)
+    num_particles = None if num_particles is None else int(num_particles)
+    if isinstance(sampler, ASAp):
+        sampler = ASApSampling(state=sampler)
+    elif isinstance(sampler, ASApTrie):
+        sampler = ASApSampling(trie=sampler)
     if isinstance(sampler, str):
         if sampler not in SAMPLERS:
             raise ConfigurationError(f"sampler {sampler!r} is unknown (choose from "
                                      + ", ".join(repr(s) for s in SAMPLERS) + ")")
     elif not isinstance(sampler, (Constrained, AWRS, SMC, ASApSampling)):
-        raise ConfigurationError(f"sampler must be a name ({', '.join(SAMPLERS)}) or an options "
-                                 f"object (Constrained, AWRS, SMC, ASApSampling), not "
-                                 f"{type(sampler).__name__}")
+        raise ConfigurationError(f"sampler must be a name ({', '.join(SAMPLERS)}), an options "
+                                 f"object (Constrained, AWRS, SMC, ASApSampling) or a gramgen.ASAp, "
+                                 f"not {type(sampler).__name__}")
+    if not isinstance(jump_forward, bool):
+        raise ConfigurationError(f"jump_forward must be True or False, not {jump_forward!r}")
     name = sampler if isinstance(sampler, str) else type(sampler).__name__
     if num_particles is not None and sampler != "smc":
         raise ConfigurationError("num_particles applies to sampler='smc' only"

@@ -12,7 +12,8 @@ target's normaliser (the probability the model's own sample is accepted within t
 budget), and the weighted finished particles approximate ``Q``, consistently as the number
 of particles grows. An optional ``twist(tokens) -> log ψ`` (with ψ = 1 on finished
 sequences and ψ > 0 wherever the target is) guides resampling without changing either
-property, e.g. ASAp's learned upper bounds (:meth:`gramgen.ASAp.twist`).
+property, e.g. ASAp's learned upper bounds (:meth:`ASApTrie.twist
+<gramgen.generation.ASApTrie.twist>`).
 
 The particles are the rows of one run of the generation loop; resampling happens after a
 step, between the loop's draws.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence as SequenceOf
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any, Literal
 
 import numpy as np
@@ -30,6 +32,7 @@ from ...errors import ConfigurationError
 from ..constraint import Constraint
 from ..lm import LanguageModel
 from ..loop import Choice, Sequence, run
+from .asap import ASApTrie
 from .awrs import AWRSSampler
 
 __all__ = ["SMC", "SMCResult", "SMCSampler", "log_mean_exp", "smc"]
@@ -42,7 +45,7 @@ class SMC:
     """SMC options. ``num_particles`` sequences; resample after a step when the effective
     sample size falls below ``ess_threshold · num_particles`` (0: never, i.e. importance
     sampling with AWRS weights); ``resampling``: ``"multinomial"`` or ``"systematic"``;
-    ``twist``: a callable ``tokens -> log ψ`` or an :class:`~gramgen.ASAp` trie built for
+    ``twist``: a callable ``tokens -> log ψ`` or an :class:`~gramgen.generation.ASApTrie` built for
     the same prompt and ``max_new_tokens`` (its learned bounds)."""
 
     num_particles: int = 8
@@ -51,13 +54,18 @@ class SMC:
     twist: Any = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_particles, int) or self.num_particles < 1:
+        if (isinstance(self.num_particles, bool) or not isinstance(self.num_particles, int)
+                or self.num_particles < 1):
             raise ConfigurationError(f"num_particles must be a positive int, not {self.num_particles!r}")
-        if not 0 <= self.ess_threshold <= 1:
+        if (isinstance(self.ess_threshold, bool) or not isinstance(self.ess_threshold, Real)
+                or not 0 <= self.ess_threshold <= 1):
             raise ConfigurationError(f"ess_threshold must be in [0, 1], not {self.ess_threshold!r}")
         if self.resampling not in ("multinomial", "systematic"):
             raise ConfigurationError(f"unknown resampling method {self.resampling!r} "
                                      "(multinomial, systematic)")
+        if self.twist is not None and not (callable(self.twist) or isinstance(self.twist, ASApTrie)):
+            raise ConfigurationError(f"twist must be a callable tokens -> log psi or an ASApTrie, "
+                                     f"not {type(self.twist).__name__}")
 
 
 def log_mean_exp(x: np.ndarray) -> float:
