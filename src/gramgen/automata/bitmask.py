@@ -46,7 +46,12 @@ def count(words: np.ndarray) -> int:
 
 
 def allocate_token_bitmask(batch_size: int, vocab_size: int):
-    """An int32 ``[batch, ceil(V/32)]`` bitmask (torch if installed, else numpy), all ones."""
+    """An int32 ``[batch, ceil(V/32)]`` bitmask (torch if installed, else numpy), all ones;
+    ConfigurationError unless ``batch_size`` is an int >= 0 and ``vocab_size`` one >= 1."""
+    for name, value, least in (("batch_size", batch_size, 0), ("vocab_size", vocab_size, 1)):
+        if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < least:
+            raise ConfigurationError(f"{name} must be an int of at least {least}, not {value!r:.60}")
+    batch_size, vocab_size = operator.index(batch_size), operator.index(vocab_size)
     try:
         import torch
 
@@ -117,7 +122,8 @@ def apply_bitmask(logits, bitmask):
 
     width = logits.shape[-1]
     shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
-    bits = ((bitmask.unsqueeze(-1) >> shifts) & 1).reshape(bitmask.shape[0], -1).bool()
+    # (the width spelled out: a batch of no rows has no -1 to infer)
+    bits = ((bitmask.unsqueeze(-1) >> shifts) & 1).reshape(bitmask.shape[0], bitmask.shape[1] * 32).bool()
     if bits.shape[1] < width:
         bits = torch.nn.functional.pad(bits, (0, width - bits.shape[1]), value=False)
     return logits.masked_fill(~bits[:, :width], float("-inf"))
