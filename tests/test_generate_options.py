@@ -145,6 +145,7 @@ BAD = [
     (dict(seed="x"), "seed"),
     (dict(seed=-1), "seed"),
     (dict(seed=1.5), "seed"),
+    (dict(seed=2**64, temperature=1.0), "seed"),
     (dict(chat="no"), "chat"),
     (dict(jump_forward=None), "jump_forward"),
     (dict(sampler=gramgen.generation.SMC(num_particles=2), num_particles=4), "num_particles"),

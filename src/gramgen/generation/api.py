@@ -173,8 +173,9 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
         raise ConfigurationError(f"max_new_tokens must be a positive int, not {max_new_tokens!r}")
     max_new_tokens = int(max_new_tokens)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0):
-        raise ConfigurationError(f"seed must be an int >= 0 or None, not {seed!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)
+                             or not 0 <= seed < 2**63):
+        raise ConfigurationError(f"seed must be an int from 0 to 2**63 - 1, or None, not {seed!r}")
     if not isinstance(chat, bool):
         raise ConfigurationError(f"chat must be True or False, not {chat!r}")
     if not isinstance(model, LanguageModel):
