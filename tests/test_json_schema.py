@@ -265,6 +265,7 @@ CANDIDATES = [None, True, 1, 2, 3, 6, -3, 2.5, "x", "ab", "abc", "ba", [], ["a"]
               {"k": "n", "v": 1}, {"k": "n", "v": "s"}, {"k": "m", "v": "s"}, {"k": "m", "v": 1}, {"v": 1}]
 
 
+@pytest.mark.filterwarnings("ignore::gramgen.errors.UnknownKeywordWarning")  # the x-editor-hint case
 @pytest.mark.parametrize("index", range(len(DIFFERENTIAL)))
 def test_negation_based_keywords_agree_with_jsonschema(index):
     """not / if-then-else / overlapping oneOf / contains: accepted iff jsonschema says valid
@@ -676,6 +677,7 @@ def _bench_sample(per_category: int, max_chars: int):
     return out
 
 
+@pytest.mark.filterwarnings("ignore::gramgen.errors.UnknownKeywordWarning")  # real-world schemas carry vendor keywords
 @pytest.mark.skipif(not BENCH.exists(), reason="needs ../shared/data/jsonschemabench")
 @pytest.mark.parametrize("tokenizer", ["smollm2", "llama2"])
 def test_jsonschemabench_instances_with_real_tokenizers(tokenizer):
@@ -740,6 +742,7 @@ def _random_word(cg: gramgen.CompiledGrammar, rng: random.Random, cap: int = 400
     return None
 
 
+@pytest.mark.filterwarnings("ignore::gramgen.errors.UnknownKeywordWarning")  # real-world schemas carry vendor keywords
 @pytest.mark.skipif(not BENCH.exists(), reason="needs ../shared/data/jsonschemabench")
 def test_random_words_of_compiled_schemas_validate():
     """Design note test 3: words sampled from the grammar must validate with jsonschema

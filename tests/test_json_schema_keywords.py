@@ -5,6 +5,7 @@ a malformed value is a SchemaError at that keyword's pointer, never a reinterpre
 from __future__ import annotations
 
 import math
+import warnings
 
 import jsonschema
 import pytest
@@ -87,7 +88,7 @@ def test_every_keyword_value_agrees_with_the_metaschema(draft):
             except jsonschema.SchemaError:
                 metaschema_ok = False
             try:
-                gramgen.Grammar.from_json_schema(schema, draft=draft, lenient_formats=True)
+                gramgen.Grammar.from_json_schema(schema, draft=draft, lenient_formats=True, unknown_keywords="ignore")
             except (gramgen.SchemaError, gramgen.CompileLimitError) as exc:
                 if not metaschema_ok:
                     checked += 1
@@ -127,3 +128,74 @@ def test_long_const_and_large_enum_compile():
 def test_bad_compiler_options(options):
     with pytest.raises(gramgen.ConfigurationError):
         gramgen.Grammar.from_json_schema({"type": "string"}, **options)
+
+
+# ------------------------------------------------------------------ unknown keywords
+
+
+def test_unknown_keywords_warn_and_are_listed():
+    schema = {"type": "integer", "minDigits": 3,
+              "properties": {"maxLenght": {"type": "string", "maxLenght": 3, "title": "t"}},
+              "$defs": {"a": {"x-vendor": {"type": 5}, "description": "d"}}, "examples": [{"bogus": 1}]}
+    with pytest.warns(gramgen.errors.UnknownKeywordWarning) as caught:
+        g = gramgen.Grammar.from_json_schema(schema)
+    # property names, annotations, data and an unknown keyword's own value are not keywords
+    assert g.ir.meta["unknown_keywords"] == ["/$defs/a/x-vendor", "/minDigits", "/properties/maxLenght/maxLenght"]
+    (warning,) = caught
+    message = str(warning.message)
+    assert "/minDigits" in message and "did you mean 'maxLength'?" in message
+    assert warning.filename == __file__  # points at the caller, not into gramgen
+    cg = gramgen.compile(g, BYTE_VOCAB)
+    assert accepts(cg, b"10")  # and they constrain nothing
+
+
+def test_unknown_keywords_error_and_ignore():
+    with pytest.raises(gramgen.SchemaError) as info:
+        gramgen.Grammar.from_json_schema({"type": "string", "properties": {"a": {"maxLenght": 3}}},
+                                         unknown_keywords="error")
+    assert info.value.pointer == "/properties/a/maxLenght" and "did you mean 'maxLength'?" in info.value.message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = gramgen.Grammar.from_json_schema({"type": "string", "maxLenght": 3}, unknown_keywords="ignore")
+    assert g.ir.meta["unknown_keywords"] == ["/maxLenght"]
+    with pytest.raises(gramgen.ConfigurationError, match="unknown_keywords"):
+        gramgen.Grammar.from_json_schema({}, unknown_keywords="loud")
+
+
+def test_known_keywords_of_every_draft_do_not_warn():
+    schemas = [
+        {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "urn:x", "$anchor": "a", "$comment": "c",
+         "$defs": {"d": {"title": "t", "description": "d", "default": 1, "examples": [1], "deprecated": True,
+                         "readOnly": True, "writeOnly": False, "contentMediaType": "text/plain",
+                         "contentEncoding": "base64", "contentSchema": {}}},
+         "type": "object", "properties": {"a": {"$ref": "#/$defs/d"}}, "prefixItems": [{}],
+         "dependentRequired": {"a": []}, "dependentSchemas": {"a": {}}, "unevaluatedProperties": True},
+        {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"x": {}}, "dependencies": {"a": ["b"]},
+         "items": [{}], "additionalItems": False, "if": {}, "then": {}, "else": {}, "contains": {}},
+        {"$schema": "http://json-schema.org/draft-04/schema#", "id": "urn:y", "exclusiveMinimum": True, "minimum": 1},
+    ]
+    for schema in schemas:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            g = gramgen.Grammar.from_json_schema(schema, lenient=True)
+        assert g.ir.meta["unknown_keywords"] == [], schema
+
+
+def test_pydantic_schemas_do_not_warn():
+    pydantic = pytest.importorskip("pydantic")
+    from typing import Literal
+
+    class Tag(pydantic.BaseModel):
+        """A tag."""
+        name: str = pydantic.Field(min_length=1, description="the name", examples=["x"])
+
+    class Item(pydantic.BaseModel):
+        kind: Literal["a", "b"] = "a"
+        tags: list[Tag] = pydantic.Field(default_factory=list, max_length=3)
+        price: float | None = pydantic.Field(None, ge=0, deprecated=True)
+        extra: dict[str, int] = {}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = gramgen.Grammar.from_json_schema(Item)
+    assert g.ir.meta["unknown_keywords"] == []

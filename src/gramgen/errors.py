@@ -12,6 +12,8 @@ byte position for rejected tokens)::
     ├── TokenRejected                           a token the grammar does not allow (token, position)
     └── CompileLimitError                       a compile budget was exceeded (pointer)
 
+    UnknownKeywordWarning (a UserWarning)       a JSON Schema keyword gramgen does not know
+
 Configuration errors are also ``ValueError`` (as lark's are), so ordinary handlers of bad
 arguments still catch them.
 """
@@ -75,6 +77,13 @@ class CompileLimitError(GramgenError):
         self.message = message
         self.pointer = pointer
         super().__init__(f"{pointer or '#'}: {message}" if pointer is not None else message)
+
+
+class UnknownKeywordWarning(UserWarning):
+    """A JSON Schema holds keywords gramgen does not know (``minDigits``, a typo such as
+    ``maxLenght``, a vendor's ``x-...``): as the specification says, they constrain
+    nothing. The message names each one's JSON pointer (and the nearest known keyword);
+    ``Grammar.from_json_schema(..., unknown_keywords="error")`` raises instead."""
 
 
 def position_to_line_col(text: str, pos: int) -> tuple[int, int]:

@@ -86,6 +86,7 @@ class Grammar:
                          draft: Literal[4, 6, 7, 2019, 2020] | None = None,
                          lenient: bool = False,
                          lenient_formats: bool = False,
+                         unknown_keywords: Literal["warn", "error", "ignore"] = "warn",
                          max_lexeme_nodes: int = 2000) -> Grammar:
         """The JSON texts valid under a JSON Schema.
 
@@ -129,17 +130,25 @@ class Grammar:
         lenient_formats : bool
             True: a ``format`` gramgen does not know is an annotation (any string), listed
             in ``grammar.ir.meta["unknown_formats"]``; False: a SchemaError.
+        unknown_keywords : {"warn", "error", "ignore"}
+            Keywords gramgen does not know (a vendor's ``x-...``, a typo such as
+            ``maxLenght``) constrain nothing, as the specification says; they are listed
+            in ``grammar.ir.meta["unknown_keywords"]`` (JSON pointers). "warn": also one
+            :class:`~gramgen.errors.UnknownKeywordWarning` naming them (and the nearest
+            known keyword); "error": a SchemaError at the first; "ignore": no warning.
         max_lexeme_nodes : int
             The most regex nodes of a lexeme made by merging regular rules into one.
 
-        Raises :class:`~gramgen.SchemaError` for a schema that cannot be read or enforced,
+        Raises :class:`~gramgen.SchemaError` for a schema that cannot be read or enforced
+        (a keyword value the draft's metaschema does not allow included, at its pointer),
         :class:`~gramgen.errors.ConfigurationError` for a bad option value.
         """
         return cls(json_schema_to_ir(read_schema(schema).value, whitespace=whitespace,
                                      separators=separators, indent=indent,
                                      max_whitespace=max_whitespace, property_order=property_order,
                                      strict=strict, refs=refs, draft=draft, lenient=lenient,
-                                     lenient_formats=lenient_formats, max_lexeme_nodes=max_lexeme_nodes))
+                                     lenient_formats=lenient_formats, unknown_keywords=unknown_keywords,
+                                     max_lexeme_nodes=max_lexeme_nodes))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, *, start: str | None = None) -> Grammar:

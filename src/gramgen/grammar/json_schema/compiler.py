@@ -14,6 +14,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import sys
+import warnings
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -24,10 +27,11 @@ import gramgen.grammar.cpdfa as cpdfa
 import gramgen.grammar.json_schema.numbers as numbers
 import gramgen.grammar.json_schema.strings as strings
 
-from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError
+from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
 from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
 from ..sources import read_schema
+from . import keywords
 from .keywords import check_document
 from .layout import Layout
 from .loader import DRAFTS, Resolver, draft_of
@@ -71,6 +75,7 @@ EXACT_FORMATS = {"date", "uuid", "ipv4", "ipv6", "duration", "json-pointer", "re
 """Formats whose regex here is the whole format (the others accept a documented subset, so
 their negation would let through strings that are in fact of that format)."""
 
+UNKNOWN_KEYWORD_POLICIES = ("warn", "error", "ignore")
 DEFAULT_WHITESPACE = "compact"
 """The layout :meth:`Grammar.from_json_schema` uses unless told (see :mod:`.layout`)."""
 MAX_INDENT_DEPTH = 16
@@ -105,7 +110,12 @@ class SchemaCompiler:
                  separators: tuple[str, str] | None = None, indent: int | str | None = None,
                  strict: bool = False, lenient: bool = False, lenient_formats: bool = False,
                  refs: dict[str, Any] | None = None, draft: int | None = None,
-                 property_order: str = "schema", max_lexeme_nodes: int = 2000):
+                 property_order: str = "schema", max_lexeme_nodes: int = 2000,
+                 unknown_keywords: str = "warn"):
+        if unknown_keywords not in UNKNOWN_KEYWORD_POLICIES:
+            raise ConfigurationError(f"unknown_keywords must be one of "
+                                     f"{', '.join(map(repr, UNKNOWN_KEYWORD_POLICIES))}, not {unknown_keywords!r}")
+        self.unknown_policy = unknown_keywords
         if property_order not in ("schema", "any"):
             raise ConfigurationError(f"property_order must be 'schema' or 'any', not {property_order!r}")
         if draft is not None and (isinstance(draft, bool) or draft not in DRAFTS.values()):
@@ -117,7 +127,8 @@ class SchemaCompiler:
         if refs is not None and not isinstance(refs, Mapping):
             raise ConfigurationError(f"refs must be a mapping of URI to schema, not {type(refs).__name__}")
         #: pointers of keywords gramgen does not know (checked before anything reads them)
-        self.unknown_keywords = check_document(schema, self.draft)
+        self.unknown_keywords: list[str] = []
+        self._unknown(check_document(schema, self.draft))
         for uri in refs or {}:
             if not isinstance(uri, str):
                 raise ConfigurationError(f"refs: the URIs must be strings, not {uri!r}")
@@ -157,7 +168,27 @@ class SchemaCompiler:
             draft = draft_of(doc, self.draft)
         except SchemaError:
             draft = self.draft  # a custom metaschema: read by the schema's draft
-        self.unknown_keywords += check_document(doc, draft, where=uri + "#")
+        self._unknown(check_document(doc, draft, where=uri + "#"))
+
+    def _unknown(self, pointers: list[str]) -> None:
+        """Keywords gramgen does not know: a SchemaError under ``unknown_keywords="error"``;
+        else listed (and, under "warn", one warning when the build ends)."""
+        if pointers and self.unknown_policy == "error":
+            name = _keyword_of(pointers[0])
+            more = f" (and {len(pointers) - 1} more)" if len(pointers) > 1 else ""
+            raise SchemaError(f"unknown keyword {name!r}{keywords.suggestion(name)}{more}; JSON Schema "
+                              "ignores unknown keywords: unknown_keywords='warn' or 'ignore' compiles the "
+                              "schema with it ignored", pointers[0])
+        self.unknown_keywords += pointers
+
+    def _warn_unknown(self) -> None:
+        if not self.unknown_keywords or self.unknown_policy != "warn":
+            return
+        shown = ", ".join(p + keywords.suggestion(_keyword_of(p)) for p in self.unknown_keywords[:10])
+        more = f" and {len(self.unknown_keywords) - 10} more" if len(self.unknown_keywords) > 10 else ""
+        warnings.warn(f"JSON Schema keywords gramgen does not know, which constrain nothing: {shown}{more} "
+                      "(grammar.ir.meta['unknown_keywords'] lists them; unknown_keywords='error' raises, "
+                      "'ignore' is silent)", UnknownKeywordWarning, stacklevel=_caller_stacklevel())
 
     # -------------------------------------------------------------- plumbing
 
@@ -256,6 +287,7 @@ class SchemaCompiler:
             self.rule("start", top)
         ir = GrammarIR(self.rules, self.lexemes, "start", source="<json schema>",
                        meta={"relaxed": list(self.relaxed), "draft": self.draft,
+                             "unknown_keywords": list(self.unknown_keywords),
                              "unknown_formats": [f"{p}: {f}" for p, f in self.unknown_formats.items()]})
         try:
             ir = _prune_unproductive(ir)
@@ -1813,6 +1845,22 @@ def _strip_internal(node: Any) -> Any:
     return node
 
 
+def _keyword_of(pointer: str) -> str:
+    """The keyword a JSON pointer ends with."""
+    return pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside gramgen."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _prune_unproductive(ir: GrammarIR) -> GrammarIR:
     """Drop rules using nonterminals that derive no finite string (e.g. a required
     recursive property): they would only slow the parser and leave dead ends."""
@@ -1844,7 +1892,11 @@ def json_schema_to_ir(schema: Any, **options: Any) -> GrammarIR:
     if sys.version_info >= (3, 11):  # pure-Python frames no longer use the C stack
         sys.setrecursionlimit(max(limit, 20_000))
     try:
-        return SchemaCompiler(schema, **options).build()
+        compiler = SchemaCompiler(schema, **options)
+        try:
+            return compiler.build()
+        finally:
+            compiler._warn_unknown()
     except RecursionError:
         raise CompileLimitError("the schema nests too deeply to compile") from None
     finally:
