@@ -65,6 +65,10 @@ def check_target(bitmask, row, min_words: int) -> None:
     of shape ``[batch, >= min_words]`` and ``row`` an int in ``[0, batch)``: nothing is
     converted silently (a float array would take the bits as numbers). A few comparisons,
     cheap next to a mask."""
+    if (bitmask.__class__ is np.ndarray and bitmask.dtype is _INT32 and row.__class__ is int
+            and bitmask.ndim == 2 and 0 <= row < bitmask.shape[0] and bitmask.shape[1] >= min_words
+            and bitmask.flags.writeable):
+        return  # the common case, in one expression
     if isinstance(bitmask, np.ndarray):
         if bitmask.dtype is not _INT32 and bitmask.dtype != _INT32:
             raise ConfigurationError(f"the bitmask must be an int32 array, not {bitmask.dtype} "

@@ -101,7 +101,7 @@ class Matcher:
         """Write the mask into row ``row`` of an int32 ``[batch, ceil(V/32)]`` array or tensor
         (more columns are zeroed); ConfigurationError for another dtype or shape, or a row
         out of range, before the mask is computed."""
-        bitmask.check_target(bitmask_out, row, bitmask.n_words(self._cg.vocab_size))
+        bitmask.check_target(bitmask_out, row, (self._cg.vocab_size + 31) >> 5)
         bitmask.write_row(bitmask_out, row, self._words())
 
     def _token_id(self, token_id) -> int:
