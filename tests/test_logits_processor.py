@@ -115,18 +115,55 @@ def test_wider_logits_are_masked_and_devices_kept(tiny):
     assert torch.equal(out[0, [0, 2]], scores[0, [0, 2]])
 
 
-def test_rejects_foreign_sequences_and_banned_tokens(tiny):
+def test_rows_with_rejected_tokens_get_eos_only(tiny):
+    """Beam search keeps rows holding a token the mask banned (score -inf) when too few
+    allowed continuations exist, and pads from beyond the vocabulary can appear there:
+    such a row gets EOS only (never an all -inf row) and its siblings are unaffected."""
+    proc = gramgen.LogitsProcessor(tiny)
+    scores = torch.zeros((3, 70))
+    proc(torch.tensor([[9], [9], [9]]), scores)
+    out = proc(torch.tensor([[9, 1], [9, 0], [9, 64]]), scores)   # "b" first; an id past V
+    assert _allowed(out) == [[3], [0, 1, 2], [3]]
+    out = proc(torch.tensor([[9, 1, 3], [9, 0, 1], [9, 64, 0]]), scores)
+    assert _allowed(out) == [[3], [3], [3]]
+    with pytest.raises(gramgen.GramgenError, match="CompiledGrammar"):
+        gramgen.LogitsProcessor(gramgen.Grammar.from_regex("a"))
+
+
+def test_rolls_back_to_a_kept_prefix(tiny):
+    """Assisted generation scores a drafted sequence position by position, then keeps a
+    prefix of it plus one new token; a row may also skip ahead several tokens."""
     proc = gramgen.LogitsProcessor(tiny)
     scores = torch.zeros((1, 4))
     proc(torch.tensor([[9]]), scores)
-    with pytest.raises(gramgen.TokenRejected):
-        proc(torch.tensor([[9, 1]]), scores)          # "b" first: not in a+b
-    proc.reset()
-    proc(torch.tensor([[9]]), scores)
-    with pytest.raises(gramgen.GramgenError, match="does not extend"):
-        proc(torch.tensor([[9, 0, 0]]), scores)       # skipped a step
-    with pytest.raises(gramgen.GramgenError, match="CompiledGrammar"):
-        gramgen.LogitsProcessor(gramgen.Grammar.from_regex("a"))
+    assert _allowed(proc(torch.tensor([[9, 0, 0, 2]]), scores)) == [[3]]   # skipped ahead
+    assert _allowed(proc(torch.tensor([[9, 0]]), scores)) == [[0, 1, 2]]  # back to a prefix
+    assert _allowed(proc(torch.tensor([[9, 1]]), scores)) == [[3]]        # a rejected draft
+    assert _allowed(proc(torch.tensor([[9, 0, 0]]), scores)) == [[0, 1, 2]]
+    assert list(proc.matchers()) == [(0, 0)]   # states no row holds are dropped
+    assert proc.matchers()[(0, 0)].tokens == [0, 0]
+
+
+@pytest.mark.parametrize("input_ids, scores, message", [
+    ([[9], [9]], torch.zeros((3, 4)), "3 rows but input_ids has 2"),
+    ([[9], [9]], torch.zeros((1, 4)), "1 rows but input_ids has 2"),
+    ([[9]], torch.zeros((1, 1, 4)), "2-D"),
+    ([9], torch.zeros((1, 4)), "2-D"),
+    ([[9]], torch.zeros((1, 3)), "3 columns .* 4 tokens"),
+    ([[9.0]], torch.zeros((1, 4)), "integer token ids"),
+    ([[9]], np.zeros((1, 4)), "torch tensors"),
+])
+def test_bad_inputs_are_configuration_errors(tiny, input_ids, scores, message):
+    proc = gramgen.LogitsProcessor(tiny)
+    with pytest.raises(gramgen.ConfigurationError, match=message):
+        proc(torch.tensor(input_ids), scores)
+
+
+def test_a_reused_processor_says_to_make_a_new_one(tiny):
+    proc = gramgen.LogitsProcessor(tiny)
+    proc(torch.tensor([[9, 9, 9]]), torch.zeros((1, 4)))
+    with pytest.raises(gramgen.ConfigurationError, match="new LogitsProcessor"):
+        proc(torch.tensor([[9]]), torch.zeros((1, 4)))
 
 
 def test_matches_matcher_masks_on_the_real_vocabulary(model, person):
