@@ -269,6 +269,11 @@ def test_output_path_is_checked_before_the_model(workdir, fake_model, capsys):
     assert "is a folder" in _one_error_line(capsys.readouterr().err)
     assert cli.main(base + [str(workdir / "schema.json" / "sub" / "out.jsonl")]) == 2
     assert f"{workdir / 'schema.json'} is a file, not a folder" in _one_error_line(capsys.readouterr().err)
+    if os.geteuid() != 0:  # (root may write anywhere)
+        locked = workdir / "locked"
+        locked.mkdir(mode=0o500)
+        assert cli.main(base + [str(locked / "out.jsonl")]) == 2
+        assert "is not writable" in _one_error_line(capsys.readouterr().err)
     assert not loads
     assert cli.main(base + [str(workdir / "new" / "out.jsonl")]) == 0  # missing folders are made
     assert len(_records(workdir / "new" / "out.jsonl")) == 1
@@ -305,6 +310,7 @@ def test_errors_from_the_model_loader_are_one_line(workdir, monkeypatch, capsys)
             "-o", str(workdir / "out.jsonl"), "--device", "tpu9"]
     assert cli.main(args) == 2
     assert "device 'tpu9'" in _one_error_line(capsys.readouterr().err)
+    assert not (workdir / "out.jsonl").exists()  # nothing written before the model and grammar are ready
 
 
 def test_an_unknown_device_with_the_real_loader(workdir, capsys):

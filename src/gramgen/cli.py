@@ -126,17 +126,22 @@ def collect_documents(inputs: list[str], field: str, id_field: str) -> list[Docu
 # -- the output file -----------------------------------------------------------------------
 
 def check_output(path: Path) -> None:
-    """GramgenError when ``path`` cannot be the output file: a folder, or a path under a
-    file. A device or pipe (``/dev/null``) is fine: written, never read to resume."""
+    """GramgenError when ``path`` cannot be the output file: a folder, a path under a file,
+    a file or folder this user may not write. A device or pipe (``/dev/null``) is fine:
+    written, never read to resume. Nothing is created here."""
     try:
         if path.is_dir():
             raise GramgenError(f"-o {path} is a folder: give the path of a .jsonl file")
         if path.exists():
+            if not os.access(path, os.W_OK):
+                raise GramgenError(f"-o {path}: the file is not writable")
             return
         for parent in path.parents:
             if parent.exists():
                 if not parent.is_dir():
                     raise GramgenError(f"-o {path}: {parent} is a file, not a folder")
+                if not os.access(parent, os.W_OK | os.X_OK):
+                    raise GramgenError(f"-o {path}: the folder {parent} is not writable")
                 return
     except OSError as exc:
         raise GramgenError(f"-o {path}: {exc.strerror or exc}") from None
@@ -281,22 +286,19 @@ def cmd_extract(args: argparse.Namespace) -> int:
           file=sys.stderr)
     if not todo:
         return 0
-    writer = RecordWriter(out)  # (cannot be opened: an error before the model is loaded)
-    try:
-        model = load_model(args.model, device=args.device)
-        layout = {} if args.whitespace is None else {"whitespace": args.whitespace}
-        strict = not args.no_strict
-        if args.grammar:
-            constraint: dict[str, Any] = {"grammar": Grammar.from_file(args.grammar)}
-        elif args.lenient_formats:
-            constraint = {"grammar": Grammar.from_json_schema(schema, lenient_formats=True, strict=strict, **layout)}
-        else:
-            constraint = {"schema": schema, "strict": strict, **layout}
-        options = dict(max_new_tokens=args.max_new_tokens, chat=not args.no_chat, **constraint)
-        generate(model, [], **options)  # compile (or fail) once, before the first document
-    except BaseException:
-        writer.close()
-        raise
+    model = load_model(args.model, device=args.device)
+    layout = {} if args.whitespace is None else {"whitespace": args.whitespace}
+    strict = not args.no_strict
+    if args.grammar:
+        constraint: dict[str, Any] = {"grammar": Grammar.from_file(args.grammar)}
+    elif args.lenient_formats:
+        constraint = {"grammar": Grammar.from_json_schema(schema, lenient_formats=True, strict=strict, **layout)}
+    else:
+        constraint = {"schema": schema, "strict": strict, **layout}
+    options = dict(max_new_tokens=args.max_new_tokens, chat=not args.no_chat, **constraint)
+    generate(model, [], **options)  # compile (or fail) once, before the first document
+
+    writer = RecordWriter(out)
     ok = failed = 0
     bar = tqdm(total=len(todo), unit="doc", file=sys.stderr, dynamic_ncols=True)
     try:
