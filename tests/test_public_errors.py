@@ -134,6 +134,7 @@ def test_compile_arguments(precompute, max_dfa_states, mask_cache_size, grammar,
     outcome(gramgen.compile, grammar, vocab, precompute=precompute, max_dfa_states=max_dfa_states,
             mask_cache_size=mask_cache_size)
     outcome(gramgen.compile, REGEX, VOCAB, options=precompute)
+    outcome(gramgen.CompiledGrammar, grammar, vocab, precompute)
 
 
 def test_compile_names_what_it_needs():
@@ -141,6 +142,8 @@ def test_compile_names_what_it_needs():
         gramgen.compile(REGEX, "gpt2")
     with pytest.raises(gramgen.ConfigurationError, match="batch_size"):
         gramgen.allocate_token_bitmask(-1, 10)
+    with pytest.raises(gramgen.ConfigurationError, match=r"gramgen.compile\(grammar, vocab, options\)"):
+        gramgen.CompiledGrammar(REGEX, VOCAB, None)
 
 
 # -- matcher ---------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from ..automata.lexeme_tokens import (LexemeTokens, chain_memo, classify_tokens,
                                       classify_tokens_from, run_suffixes)
 from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
-from ..errors import GrammarError
+from ..automata.vocabulary import Vocabulary
+from ..errors import ConfigurationError, GrammarError
 from ..grammar.grammar import Grammar
 from .matcher import Matcher
 
@@ -57,6 +58,13 @@ class CompiledGrammar:
     def __init__(self, grammar: Grammar, vocab, options: "CompileOptions"):
         """Made by :func:`gramgen.compile`: ``options`` is a validated
         :class:`~gramgen.runtime.CompileOptions` (read here by its fields only)."""
+        from .compile import CompileOptions  # (that module imports this one)
+
+        if not (isinstance(grammar, Grammar) and isinstance(vocab, Vocabulary)
+                and isinstance(options, CompileOptions)):
+            raise ConfigurationError("make a CompiledGrammar with gramgen.compile(grammar, vocab, options), "
+                                     f"not CompiledGrammar({type(grammar).__name__}, {type(vocab).__name__}, "
+                                     f"{type(options).__name__})")
         self.grammar = grammar
         self.vocab = vocab
         self.options = options
