@@ -124,6 +124,9 @@ def apply_bitmask(logits, bitmask):
     beyond the bitmask count as 0. Every path that masks logits uses this function."""
     import torch  # torch is optional for the engine
 
+    if not logits.is_floating_point():
+        raise ConfigurationError(f"scores must be a floating-point tensor (masked entries become -inf), "
+                                 f"not {logits.dtype}")
     width = logits.shape[-1]
     shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
     # (the width spelled out: a batch of no rows has no -1 to infer)
