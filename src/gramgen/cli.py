@@ -464,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--id-field", default="id", help="the id column of .jsonl inputs")
     ex.add_argument("--whitespace", choices=WHITESPACE_CHOICES,
                     help="the JSON layout generated: compact {\"a\":1}, standard {\"a\": 1} (json.dumps), "
-                         "flexible (any JSON whitespace; default: the library's default)")
+                         "flexible (any JSON whitespace). Default: that of gramgen.generate()")
     ex.add_argument("--no-strict", action="store_true",
                     help="let the model add object keys the schema does not declare unless it forbids "
                          "them (default: strict, no undeclared keys unless the schema allows them "
