@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import gramgen  # noqa: E402
-from gramgen.generation import (SMC, ASAp, ASApSampling, MatcherConstraint, SyntheticLM,  # noqa: E402
+from gramgen.generation import (SMC, ASApTrie, ASApSampling, MatcherConstraint, SyntheticLM,  # noqa: E402
                                 TransformersLM)
 
 SHARED = ROOT.parent / "shared"
@@ -147,7 +147,7 @@ def exact_sampler_kl(log_q: np.ndarray, n: int, reps: int = 200) -> float:
     return float(np.mean(out))
 
 
-def asap_next_kl(asap: ASAp, lm, cg, prompt, exact) -> float:
+def asap_next_kl(asap: ASApTrie, lm, cg, prompt, exact) -> float:
     """Exact KL(distribution of ASAp's next sample || Q), over the enumerated words."""
     cache: dict = {}
 
@@ -199,7 +199,7 @@ def run_task(task, lm, tok, args) -> dict:
         if name == "constrained":
             extra["temperature"] = 1.0
         if name == "asap":
-            asap = ASAp(lm, cg, prompt, max_new_tokens=args.max_new_tokens, seed=0)
+            asap = ASApTrie(lm, cg, prompt, max_new_tokens=args.max_new_tokens, seed=0)
             extra["sampler"] = ASApSampling(trie=asap)
         if name == "smc":
             extra["sampler"] = SMC(num_particles=args.particles)

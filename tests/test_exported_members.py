@@ -23,6 +23,8 @@ EXTRA_EXPORTS = {
     "GenerationStats": "the type of out.stats (api.md §7: forward passes, drafted, accepted)",
     "allocate_token_bitmask": "the int32 [batch, ceil(V/32)] array Matcher.fill_bitmask writes into",
     "ASAp": "the ASAp sampler's state, kept across generate() calls (design/02-asap.md)",
+    "UnknownKeywordWarning": "the warning for a JSON Schema keyword gramgen does not know "
+                             "(api.md §7: unknown_keywords='warn'), to filter or escalate it",
     "ConfigurationError": "errors.py: the GramgenError that is also a ValueError, for bad arguments",
     "CompileOptions": "the typed options of compile() (style.md: options documented once)",
     "testing": "gramgen.testing: self-checks for users' grammars and constraints (style.md)",

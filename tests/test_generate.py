@@ -299,9 +299,9 @@ def test_rows_with_different_grammars_and_a_fully_forced_row(model):
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     from gramgen.hf import cache_dir
 
-    monkeypatch.setenv("GRAMGEN_CACHE", str(tmp_path / "g"))
+    monkeypatch.setenv("GRAMGEN_CACHE_DIR", str(tmp_path / "g"))
     assert cache_dir() == tmp_path / "g"
-    monkeypatch.delenv("GRAMGEN_CACHE")
+    monkeypatch.delenv("GRAMGEN_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert cache_dir() == tmp_path / "x" / "gramgen"
 

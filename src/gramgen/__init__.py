@@ -9,7 +9,7 @@ plugs it into transformers' own ``generate``.
 from .automata.bitmask import allocate_token_bitmask
 from .automata.vocabulary import Vocabulary
 from .errors import (CompileLimitError, ConfigurationError, GramgenError, GrammarError, SchemaError,
-                     TokenizerError, TokenRejected)
+                     TokenizerError, TokenRejected, UnknownKeywordWarning)
 from .generation import ASAp, GenerationResult, GenerationStats, generate
 from .grammar import Grammar
 from .hf import LogitsProcessor, Model, load_model
@@ -21,5 +21,5 @@ __all__ = [
     "ASAp", "CompileLimitError", "CompileOptions", "CompiledGrammar", "ConfigurationError",
     "GenerationResult", "GenerationStats", "GramgenError", "Grammar", "GrammarError",
     "LogitsProcessor", "Matcher", "Model", "SchemaError", "TokenRejected", "TokenizerError",
-    "Vocabulary", "__version__", "allocate_token_bitmask", "compile", "generate", "load_model",
+    "UnknownKeywordWarning", "Vocabulary", "__version__", "allocate_token_bitmask", "compile", "generate", "load_model",
 ]

@@ -62,7 +62,7 @@ def accepts(grammar: Grammar | CompiledGrammar, text: str | bytes) -> bool:
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     matcher = compiled.matcher()
     try:
-        matcher.advance_many(data)
+        matcher.advance_many(list(data))
     except TokenRejected:
         return False
     return matcher.is_accepting()

@@ -37,11 +37,17 @@ class Grammar:
         """A grammar in Lark's EBNF, as lark accepts it (see README for the semantics).
 
         ``import_paths``: folders searched by ``%import`` of grammar files."""
+        if not isinstance(start, str):
+            raise ConfigurationError(f"from_lark(start=) takes a rule name (str), not {type(start).__name__}")
         return cls(lark_to_ir(text, start=start, source=source, import_paths=list(import_paths)))
 
     @classmethod
     def from_gbnf(cls, text: str, start: str = "root", *, source: str = "<gbnf>") -> Grammar:
         """A grammar in llama.cpp's GBNF."""
+        if not isinstance(text, str):
+            raise ConfigurationError(f"from_gbnf() takes the grammar as a str, not {type(text).__name__}")
+        if not isinstance(start, str):
+            raise ConfigurationError(f"from_gbnf(start=) takes a rule name (str), not {type(start).__name__}")
         return cls(gbnf_to_ir(text, start=start, source=source))
 
     @classmethod

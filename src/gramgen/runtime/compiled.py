@@ -58,10 +58,9 @@ class CompiledGrammar:
     def __init__(self, grammar: Grammar, vocab, options: "CompileOptions"):
         """Made by :func:`gramgen.compile`: ``options`` is a validated
         :class:`~gramgen.runtime.CompileOptions` (read here by its fields only)."""
-        from .compile import CompileOptions  # (that module imports this one)
-
+        # (options by their fields: compile.py imports this module)
         if not (isinstance(grammar, Grammar) and isinstance(vocab, Vocabulary)
-                and isinstance(options, CompileOptions)):
+                and all(hasattr(options, f) for f in ("precompute", "max_dfa_states", "mask_cache_size"))):
             raise ConfigurationError("make a CompiledGrammar with gramgen.compile(grammar, vocab, options), "
                                      f"not CompiledGrammar({type(grammar).__name__}, {type(vocab).__name__}, "
                                      f"{type(options).__name__})")

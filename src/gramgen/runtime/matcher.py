@@ -56,9 +56,8 @@ class Matcher:
     def __init__(self, compiled: "CompiledGrammar"):
         """A matcher at the start of the language of ``compiled`` (a
         :class:`~gramgen.CompiledGrammar`, usually through its ``matcher()``)."""
-        from .compiled import CompiledGrammar  # (that module imports this one)
-
-        if not isinstance(compiled, CompiledGrammar):
+        # (by what it holds: compiled.py imports this module, so no isinstance here)
+        if getattr(compiled, "_initial", None) is None or getattr(compiled, "tables", None) is None:
             raise ConfigurationError(f"Matcher() takes a gramgen.CompiledGrammar (from gramgen.compile), "
                                      f"not {type(compiled).__name__}")
         self._cg = compiled

@@ -25,13 +25,13 @@ from typing import Any
 # the package gramgen.grammar, whose Grammar imports this module)
 import gramgen.grammar.cpdfa as cpdfa
 import gramgen.grammar.json_schema.numbers as numbers
+import gramgen.grammar.json_schema.keywords as keywords
 import gramgen.grammar.json_schema.strings as strings
 
 from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
 from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
 from ..sources import read_schema
-from . import keywords
 from .keywords import check_document
 from .layout import Layout
 from .loader import DRAFTS, Resolver, draft_of
