@@ -38,13 +38,13 @@ def test_schema_targets_allow_no_undeclared_keys_by_default():
     """The schema says nothing about other keys (JSON Schema: allowed); generate() is strict
     unless told otherwise (fails before: the extra key was generated)."""
     _, lm = extra_key_lover()
-    out = gramgen.generate(lm, [0], schema=SCHEMA, max_new_tokens=8)
+    out = gramgen.generate(lm, [0], schema=SCHEMA, max_new_tokens=8, whitespace="compact")
     assert out.text == '{"a":1}' and out.value == {"a": 1} and out.complete
-    lax = gramgen.generate(lm, [0], schema=SCHEMA, max_new_tokens=8, strict=False)
+    lax = gramgen.generate(lm, [0], schema=SCHEMA, max_new_tokens=8, strict=False, whitespace="compact")
     assert lax.text == '{"a":1,"b":2}' and lax.value == {"a": 1, "b": 2}
     # a schema that allows other keys explicitly keeps them, strict or not
     open_schema = dict(SCHEMA, additionalProperties=True)
-    assert gramgen.generate(lm, [0], schema=open_schema, max_new_tokens=8).text == '{"a":1,"b":2}'
+    assert gramgen.generate(lm, [0], schema=open_schema, max_new_tokens=8, whitespace="compact").text == '{"a":1,"b":2}'
 
 
 def test_pydantic_models_are_strict_by_default():
@@ -54,9 +54,9 @@ def test_pydantic_models_are_strict_by_default():
         a: int
 
     _, lm = extra_key_lover()
-    out = gramgen.generate(lm, [0], schema=Thing, max_new_tokens=8)
+    out = gramgen.generate(lm, [0], schema=Thing, max_new_tokens=8, whitespace="compact")
     assert out.text == '{"a":1}' and out.value == Thing(a=1)
-    assert gramgen.generate(lm, [0], schema=Thing, max_new_tokens=8, strict=False).text == '{"a":1,"b":2}'
+    assert gramgen.generate(lm, [0], schema=Thing, max_new_tokens=8, strict=False, whitespace="compact").text == '{"a":1,"b":2}'
 
 
 def test_strict_and_layout_are_part_of_the_compile_cache_key():
@@ -112,7 +112,7 @@ def test_layout_options_need_a_schema():
     with pytest.raises(gramgen.ConfigurationError, match="separators= and indent="):
         gramgen.generate(lm, [0], grammar=cg, indent=2)
     with pytest.raises(gramgen.ConfigurationError, match="strict"):
-        gramgen.generate(lm, [0], schema=SCHEMA, strict="yes")
+        gramgen.generate(lm, [0], schema=SCHEMA, strict="yes", whitespace="compact")
 
 
 # -- bad arguments --------------------------------------------------------------------------

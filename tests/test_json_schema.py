@@ -77,12 +77,12 @@ def test_multiple_of_exact(step):
 
 def test_schema_numbers_through_the_matcher():
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
-        {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2, "multipleOf": 0.5}), BYTE_VOCAB)
+        {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2, "multipleOf": 0.5}, whitespace="compact"), BYTE_VOCAB)
     got = {t for t in ["-2", "-1.5", "-1", "0", "0.5", "1.50", "2", "2.0", "0.25", "-0"]
            if accepts(cg, t.encode())}
     assert got == {"-1.5", "-1", "0", "0.5", "1.50"}
     ints = gramgen.compile(gramgen.Grammar.from_json_schema({"type": "integer", "minimum": 0.5,
-                                                              "maximum": 12.7}), BYTE_VOCAB)
+                                                              "maximum": 12.7}, whitespace="compact"), BYTE_VOCAB)
     assert [n for n in range(-5, 20) if accepts(ints, str(n).encode())] == list(range(1, 13))
 
 
@@ -92,7 +92,7 @@ def test_schema_numbers_through_the_matcher():
 def test_string_length_counts_code_points():
     rng = random.Random(3)
     alphabet = ["a", "é", "\u4e2d", "\U0001F600", "\n", '"', "\\", "\x01", "/", " "]
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"type": "string", "minLength": 2, "maxLength": 4}),
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"type": "string", "minLength": 2, "maxLength": 4}, whitespace="compact"),
                          BYTE_VOCAB)
     for _ in range(300):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
@@ -102,7 +102,7 @@ def test_string_length_counts_code_points():
 @pytest.mark.parametrize("lo,hi", [(70, 300), (0, 5000), (260, None)])
 def test_long_strings_counted_in_blocks(lo, hi):
     schema = {"type": "string", "minLength": lo} | ({"maxLength": hi} if hi is not None else {})
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     edges = {0, 1, 63, 64, 65, 127, 128, 129, lo - 1, lo, lo + 1, 4999, 5000, 5001}
     if hi is not None:
         edges |= {hi - 1, hi, hi + 1}
@@ -114,10 +114,10 @@ def test_long_strings_counted_in_blocks(lo, hi):
 
 def test_pattern_is_unanchored_and_intersects_with_length():
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
-        {"type": "string", "pattern": "ab+c", "maxLength": 5}), BYTE_VOCAB)
+        {"type": "string", "pattern": "ab+c", "maxLength": 5}, whitespace="compact"), BYTE_VOCAB)
     assert accepts(cg, b'"xabc"') and accepts(cg, b'"abbbc"')
     assert not accepts(cg, b'"xabbbc"') and not accepts(cg, b'"ac"')
-    anchored = gramgen.compile(gramgen.Grammar.from_json_schema({"pattern": "^\\d{3}$"}), BYTE_VOCAB)
+    anchored = gramgen.compile(gramgen.Grammar.from_json_schema({"pattern": "^\\d{3}$"}, whitespace="compact"), BYTE_VOCAB)
     assert accepts(anchored, b'"123"') and not accepts(anchored, b'"1234"')
     assert accepts(anchored, b"17")  # pattern applies to strings only
 
@@ -192,13 +192,13 @@ def test_length_bound_implied_by_the_format_is_not_multiplied_in():
     """A hostname is at most 247 characters here, so ``maxLength: 255`` adds nothing and
     no length counter (this needed over 20,000 automaton states before)."""
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
-        {"type": "string", "format": "hostname", "maxLength": 255}), BYTE_VOCAB)
+        {"type": "string", "format": "hostname", "maxLength": 255}, whitespace="compact"), BYTE_VOCAB)
     longest = ".".join(["a" * 30] * 8)
     assert len(longest) == 247
     assert accepts(cg, json.dumps(longest).encode())
     assert not accepts(cg, json.dumps(longest + "a").encode())
     short = gramgen.compile(gramgen.Grammar.from_json_schema(
-        {"type": "string", "format": "hostname", "maxLength": 20, "minLength": 3}), BYTE_VOCAB)
+        {"type": "string", "format": "hostname", "maxLength": 20, "minLength": 3}, whitespace="compact"), BYTE_VOCAB)
     for n in (1, 2, 3, 20, 21):
         assert accepts(short, json.dumps("a" * n).encode()) == (3 <= n <= 20), n
     dfa = cpdfa.from_regex(gramgen.grammar.json_schema.strings.format_regex("date"))
@@ -210,7 +210,7 @@ def test_declared_names_meet_patterns_with_ecma_end_anchor():
     before the final newline and wrongly add the pattern's schema to the property; the
     ``jsonschema`` package does exactly that, so the expectations are written out)."""
     schema = {"properties": {"a\n": {"type": "integer"}}, "patternProperties": {"^a$": {"type": "string"}}}
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     for value, valid in (({"a\n": 1}, True), ({"a\n": "x"}, False), ({"a": "x"}, True), ({"a": 1}, False)):
         assert accepts(cg, compact(value)) == valid, value
 
@@ -228,9 +228,9 @@ def test_declared_names_meet_patterns_with_ecma_end_anchor():
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(schema, keyword, pointer):
     with pytest.raises(gramgen.SchemaError) as info:
-        gramgen.Grammar.from_json_schema(schema)
+        gramgen.Grammar.from_json_schema(schema, whitespace="compact")
     assert keyword in str(info.value) and info.value.pointer == pointer
-    relaxed = gramgen.Grammar.from_json_schema(schema, lenient=True)
+    relaxed = gramgen.Grammar.from_json_schema(schema, lenient=True, whitespace="compact")
     assert any(pointer in r for r in relaxed.ir.meta["relaxed"])
 
 
@@ -272,7 +272,7 @@ def test_negation_based_keywords_agree_with_jsonschema(index):
     (every candidate is written in our canonical serialization)."""
     jsonschema = pytest.importorskip("jsonschema")
     schema = DIFFERENTIAL[index]
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema)
     for value in CANDIDATES:
         assert accepts(cg, compact(value)) == validator.is_valid(value), (schema, value)
@@ -297,7 +297,7 @@ def test_negated_formats_agree_with_jsonschema(index):
     (formats asserted, as gramgen does)."""
     jsonschema = pytest.importorskip("jsonschema")
     schema = FORMAT_NEGATIONS[index]
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, lenient_formats=True), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, lenient_formats=True, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     for value in FORMAT_CANDIDATES:
         assert accepts(cg, compact(value)) == validator.is_valid(value), (schema, value)
@@ -305,7 +305,7 @@ def test_negated_formats_agree_with_jsonschema(index):
 
 def test_formats_with_a_partial_grammar_are_not_negated():
     with pytest.raises(gramgen.SchemaError, match="email"):
-        gramgen.Grammar.from_json_schema({"not": {"format": "email"}})
+        gramgen.Grammar.from_json_schema({"not": {"format": "email"}}, whitespace="compact")
 
 
 def test_oneof_negates_only_branches_that_may_overlap():
@@ -318,7 +318,7 @@ def test_oneof_negates_only_branches_that_may_overlap():
          "required": ["a"], "additionalProperties": False},
         {"required": ["b"], "properties": {"b": {"type": "integer"}}},
         {"type": "integer", "minimum": 2}]}
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema)
     for value in [1, 2, 5, "x", None, {}, {"a": [1]}, {"a": [2]}, {"a": [1, 5]}, {"b": 1, "a": [1]}, {"b": 1},
                   {"b": "x"}, {"b": 1, "c": 2}, {"c": 1}, {"a": 1}, [1]]:
@@ -345,7 +345,7 @@ def test_negated_contains_agrees_with_jsonschema(index):
     ``items``); the negation of a negated ``items`` ("some item fails it") likewise."""
     jsonschema = pytest.importorskip("jsonschema")
     schema = CONTAINS_NEGATIONS[index]
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.validators.validator_for(schema)(schema)
     for value in ARRAY_CANDIDATES:
         assert accepts(cg, compact(value)) == validator.is_valid(value), (schema, value)
@@ -364,7 +364,7 @@ def test_enum_values_meet_negated_array_and_object_keywords(schema):
     property" keywords were passed to jsonschema, which ignored them: ``[1]`` and
     ``{"a": 1}`` were accepted)."""
     jsonschema = pytest.importorskip("jsonschema")
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema)
     for value in schema["enum"]:
         assert accepts(cg, compact(value)) == validator.is_valid(value), value
@@ -392,12 +392,12 @@ def test_subset_formats_hold_only_valid_values():
     assert seen > 1000
     for bad in ["(a", "a**", "[z-a]", "a{2,1}", "\\"]:
         assert not dfa.matches(bad), bad
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"format": "uri-template"}), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"format": "uri-template"}, whitespace="compact"), BYTE_VOCAB)
     for text, ok in [("http://example.com/{user}/x{?q,lang}", True), ("{+path:6}", True), ("{a", False),
                      ("a b", False), ("{var*}", True)]:
         assert accepts(cg, compact(text)) == ok, text
     for fmt in ("iri", "iri-reference", "idn-email", "idn-hostname"):
-        gramgen.Grammar.from_json_schema({"type": "string", "format": fmt})
+        gramgen.Grammar.from_json_schema({"type": "string", "format": fmt}, whitespace="compact")
 
 
 @pytest.mark.parametrize("schema, pointer", [
@@ -410,13 +410,13 @@ def test_unknown_formats_raise_unless_lenient(schema, pointer):
     (also under ``not`` / ``oneOf``); with ``lenient_formats=True`` (or ``lenient``) it is
     an annotation, any string, listed in the grammar's meta."""
     with pytest.raises(gramgen.SchemaError) as info:
-        gramgen.Grammar.from_json_schema(schema)
+        gramgen.Grammar.from_json_schema(schema, whitespace="compact")
     assert "format" in str(info.value) and pointer in str(info.value) and "lenient_formats" in str(info.value)
     for options in ({"lenient_formats": True}, {"lenient": True}):
         g = gramgen.Grammar.from_json_schema(schema, **options)
         assert pointer in [m.split(":")[0] for m in g.ir.meta["unknown_formats"]]
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
-        {"type": "string", "format": "html-selector", "maxLength": 3}, lenient_formats=True), BYTE_VOCAB)
+        {"type": "string", "format": "html-selector", "maxLength": 3}, lenient_formats=True, whitespace="compact"), BYTE_VOCAB)
     assert accepts(cg, compact("a b")) and not accepts(cg, compact("abcd"))
 
 
@@ -430,7 +430,7 @@ def test_required_name_meets_every_parts_additional_properties():
         {"additionalProperties": {"type": "array", "minItems": 2}},
         {"patternProperties": {"a": {"type": "array", "items": {"multipleOf": 2.5}}}, "additionalProperties": False},
         {"patternProperties": {"b": {"type": "array", "items": {"multipleOf": 4}}}, "additionalProperties": False}]}
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema)
     for value in [{"abcd": []}, {"abcd": [20]}, {"abcd": [20, 40]}, {"abcd": [20, 5]}, {}, {"abcd": [20, 40], "x": [1, 2]},
                   {"abcd": [20, 40], "ab": [20, 40]}, {"abcd": [20, 40], "ab": [20]}]:
@@ -457,7 +457,7 @@ def test_overlapping_pattern_properties_agree_with_jsonschema(index):
     all of them, and each part's additionalProperties covers what that part does not match."""
     jsonschema = pytest.importorskip("jsonschema")
     schema = PATTERN_SCHEMAS[index]
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema)
     rng = random.Random(index)
     keys, values = ["ab", "a", "b", "ba", "x", "abb"], [1, 3, 7, "s", 2.5]
@@ -496,7 +496,7 @@ def test_negated_object_keywords_agree_with_jsonschema(index):
     property_order="any" so that no instance is rejected for its key order."""
     jsonschema = pytest.importorskip("jsonschema")
     schema = NEGATED_OBJECT_SCHEMAS[index]
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, property_order="any"), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, property_order="any", whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema)
     rng = random.Random(index)
     verdicts = set()
@@ -515,7 +515,7 @@ def test_allof_of_anyof_lists_drops_pairs_whose_types_cannot_meet():
     jsonschema = pytest.importorskip("jsonschema")
     schema = {"oneOf": [{"type": "array", "maxItems": 3, "items": {"enum": [f"a{i}", f"b{i}", "c"]}}
                         for i in range(6)]}
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema)
     rng = random.Random(3)
     pool = [f"{p}{i}" for p in "ab" for i in range(6)] + ["c", "d"]
@@ -539,7 +539,7 @@ def test_negated_items_in_every_draft(draft):
     attrs = [{"type": "object", "required": ["p"], "properties": {"p": {"enum": [v]}}} for v in ("r", "d")]
     items = {"type": "array", "items": {"type": "integer"}}
     schema = {"type": "object", "oneOf": [{"properties": {"a": a, "e": items}} for a in attrs]}
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, draft=draft), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, draft=draft, whitespace="compact"), BYTE_VOCAB)
     validator = {4: jsonschema.Draft4Validator, 7: jsonschema.Draft7Validator,
                  2020: jsonschema.Draft202012Validator}[draft](schema)
     verdicts = set()
@@ -554,8 +554,8 @@ def test_negated_items_in_every_draft(draft):
 def test_remote_refs_only_from_the_mapping():
     schema = {"$ref": "http://example.com/item.json"}
     with pytest.raises(gramgen.SchemaError, match="never fetched"):
-        gramgen.Grammar.from_json_schema(schema)
-    g = gramgen.Grammar.from_json_schema(schema, refs={"http://example.com/item.json": {"type": "integer"}})
+        gramgen.Grammar.from_json_schema(schema, whitespace="compact")
+    g = gramgen.Grammar.from_json_schema(schema, refs={"http://example.com/item.json": {"type": "integer"}}, whitespace="compact")
     cg = gramgen.compile(g, BYTE_VOCAB)
     assert accepts(cg, b"12") and not accepts(cg, b'"x"')
 
@@ -563,7 +563,7 @@ def test_remote_refs_only_from_the_mapping():
 def test_malformed_schema_is_a_schema_error():
     for bad in ["{not json", "[1, 2]", {"type": "strin"}, {"minLength": -1}]:
         with pytest.raises(gramgen.SchemaError):
-            gramgen.Grammar.from_json_schema(bad)
+            gramgen.Grammar.from_json_schema(bad, whitespace="compact")
 
 
 def test_pydantic_model_and_json_text_inputs():
@@ -573,11 +573,11 @@ def test_pydantic_model_and_json_text_inputs():
         name: str
         age: int
 
-    cg = gramgen.compile(gramgen.Grammar.from_json_schema(Person), BYTE_VOCAB)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(Person, whitespace="compact"), BYTE_VOCAB)
     assert accepts(cg, b'{"name":"Ada","age":36}') and not accepts(cg, b'{"age":36,"name":"Ada"}')
-    any_order = gramgen.compile(gramgen.Grammar.from_json_schema(Person, property_order="any"), BYTE_VOCAB)
+    any_order = gramgen.compile(gramgen.Grammar.from_json_schema(Person, property_order="any", whitespace="compact"), BYTE_VOCAB)
     assert accepts(any_order, b'{"age":36,"name":"Ada"}') and not accepts(any_order, b'{"age":36}')
-    text = gramgen.Grammar.from_json_schema(json.dumps(Person.model_json_schema()))
+    text = gramgen.Grammar.from_json_schema(json.dumps(Person.model_json_schema()), whitespace="compact")
     assert accepts(gramgen.compile(text, BYTE_VOCAB), b'{"name":"","age":-1}')
 
 
@@ -615,8 +615,8 @@ STRICT_CASES = [
 @pytest.mark.parametrize("index", range(len(STRICT_CASES)))
 def test_strict_refuses_only_undeclared_names(index):
     schema, good, bad = STRICT_CASES[index]
-    strict = gramgen.compile(gramgen.Grammar.from_json_schema(schema, strict=True), BYTE_VOCAB)
-    standard = gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+    strict = gramgen.compile(gramgen.Grammar.from_json_schema(schema, strict=True, whitespace="compact"), BYTE_VOCAB)
+    standard = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="compact"), BYTE_VOCAB)
     validator = jsonschema.Draft202012Validator(schema)
     for text in good:
         assert validator.is_valid(json.loads(text)) and accepts(strict, text.encode()), text
@@ -640,13 +640,13 @@ def test_strict_pydantic_models_get_no_extra_keys():
         model_config = pydantic.ConfigDict(extra="allow")
         title: str
 
-    book = gramgen.compile(gramgen.Grammar.from_json_schema(Book, strict=True), BYTE_VOCAB)
+    book = gramgen.compile(gramgen.Grammar.from_json_schema(Book, strict=True, whitespace="compact"), BYTE_VOCAB)
     assert accepts(book, b'{"title":"Dune","author":{"name":"Frank Herbert"},"year":1965}')
     assert not accepts(book, b'{"title":"Dune","author":{"name":"Frank Herbert"},"year":1965,"cover":""}')
     assert not accepts(book, b'{"title":"Dune","author":{"name":"Frank Herbert","born":1920},"year":1965}')
-    assert accepts(gramgen.compile(gramgen.Grammar.from_json_schema(Book), BYTE_VOCAB),
+    assert accepts(gramgen.compile(gramgen.Grammar.from_json_schema(Book, whitespace="compact"), BYTE_VOCAB),
                    b'{"title":"Dune","author":{"name":"F"},"year":1965,"cover":""}')
-    open_ = gramgen.compile(gramgen.Grammar.from_json_schema(Open, strict=True), BYTE_VOCAB)
+    open_ = gramgen.compile(gramgen.Grammar.from_json_schema(Open, strict=True, whitespace="compact"), BYTE_VOCAB)
     assert accepts(open_, b'{"title":"Dune","cover":""}')
 
 
@@ -688,7 +688,7 @@ def test_jsonschemabench_instances_with_real_tokenizers(tokenizer):
     problems = []
     for rec in _bench_sample(2, 2500):
         try:
-            cg = gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"]), vocab)
+            cg = gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"], whitespace="compact"), vocab)
         except (gramgen.SchemaError, gramgen.CompileLimitError):
             unsupported += 1
             continue
@@ -755,7 +755,7 @@ def test_random_words_of_compiled_schemas_validate():
         if "multipleOf" in json.dumps(rec["schema"]):
             continue  # jsonschema's float arithmetic disagrees with exact decimals
         try:
-            cg = gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"]), BYTE_VOCAB)
+            cg = gramgen.compile(gramgen.Grammar.from_json_schema(rec["schema"], whitespace="compact"), BYTE_VOCAB)
         except (gramgen.SchemaError, gramgen.CompileLimitError):
             continue
         validator = jsonschema.Draft202012Validator(rec["schema"],
@@ -810,7 +810,7 @@ def test_pathological_schemas_are_bounded(name):
     t0 = time.perf_counter()
     try:
         try:
-            gramgen.compile(gramgen.Grammar.from_json_schema(PATHOLOGICAL[name]), BYTE_VOCAB)
+            gramgen.compile(gramgen.Grammar.from_json_schema(PATHOLOGICAL[name], whitespace="compact"), BYTE_VOCAB)
         except (gramgen.SchemaError, gramgen.CompileLimitError) as exc:
             assert str(exc)
     finally:
@@ -825,7 +825,7 @@ def test_compile_limit_names_the_subschema():
         "ok": {"type": "string"},
         "big": {"type": "array", "items": {"type": "string", "format": "email", "maxLength": 255}}}}
     with pytest.raises(gramgen.CompileLimitError) as info:
-        gramgen.Grammar.from_json_schema(schema)
+        gramgen.Grammar.from_json_schema(schema, whitespace="compact")
     assert info.value.pointer == "/properties/big/items"
     assert str(info.value).startswith("/properties/big/items: ")
 

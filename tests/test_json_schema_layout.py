@@ -52,7 +52,7 @@ CASES = [
 
 #: (from_json_schema options, the matching json.dumps options)
 LAYOUTS = [
-    ({}, {"separators": (",", ":")}),
+    ({}, {}),                                   # the default: json.dumps' own
     ({"whitespace": "compact"}, {"separators": (",", ":")}),
     ({"whitespace": "standard"}, {}),
     ({"separators": (" ,", " : ")}, {"separators": (" ,", " : ")}),
