@@ -354,3 +354,24 @@ def test_a_long_inline_prompt_template(workdir, fake_model):
     template = "Read this carefully. " * 20 + "{document}"
     assert cli.main(["extract", "--schema", str(workdir / "schema.json"), str(workdir / "docs" / "00.txt"),
                      "-o", str(workdir / "out.jsonl"), "--prompt-template", template]) == 0
+
+
+def test_the_default_prompt_names_the_schemas_keys(workdir, monkeypatch):
+    """Small models fill values better when told which keys to fill: the default prompt
+    names the schema's top-level keys, and a template may place them with {keys}."""
+    prompts: list[str] = []
+
+    def generate(model, batch, **options):
+        prompts.extend(batch)
+        return [_Result({"name": "A", "age": 1}) for _ in batch]
+
+    monkeypatch.setattr(cli, "load_model", lambda name, device=None: "model")
+    monkeypatch.setattr(cli, "generate", generate)
+    doc = str(workdir / "docs" / "00.txt")
+    keys = ", ".join(SCHEMA["properties"])
+    assert cli.main(["extract", "--schema", str(workdir / "schema.json"), doc,
+                     "-o", str(workdir / "a.jsonl")]) == 0
+    assert f"with the keys {keys}." in prompts[-1] and PEOPLE[0] in prompts[-1]
+    assert cli.main(["extract", "--schema", str(workdir / "schema.json"), doc, "-o", str(workdir / "b.jsonl"),
+                     "--prompt-template", "Keys: {keys}. Text: {document}"]) == 0
+    assert prompts[-1] == f"Keys: {keys}. Text: {PEOPLE[0]}"

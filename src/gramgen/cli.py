@@ -23,8 +23,10 @@ from .hf import load_model
 from .runtime import compile as compile_grammar
 
 WHITESPACE_CHOICES = ["compact", "standard", "flexible"]
-DEFAULT_TEMPLATE = ("Extract the information in the document below as JSON.\n\n"
+DEFAULT_TEMPLATE = ("Extract the information in the document below as a JSON object{with_keys}.\n\n"
                     "Document:\n{document}")
+"""The prompt when no ``--prompt-template`` is given: names the schema's top-level keys
+(small models fill values better when the prompt says which keys to fill)."""
 _GLOB_CHARS = set("*?[")
 
 
@@ -239,9 +241,13 @@ def _is_file(text: str) -> bool:
         return False
 
 
-def _template(option: str | None) -> str:
+def _template(option: str | None, schema: Any = None) -> str:
+    """The prompt template: ``{document}`` is the document's text, ``{keys}`` the schema's
+    top-level property names (comma-separated)."""
+    keys = ", ".join(schema.get("properties", {})) if isinstance(schema, dict) and isinstance(
+        schema.get("properties"), dict) else ""
     if option is None:
-        return DEFAULT_TEMPLATE
+        return DEFAULT_TEMPLATE.replace("{with_keys}", f" with the keys {keys}" if keys else "")
     text = option
     if _is_file(option):
         try:
@@ -250,7 +256,7 @@ def _template(option: str | None) -> str:
             raise GramgenError(f"cannot read the prompt template {option}: {exc}") from None
     if "{document}" not in text:
         raise GramgenError("the prompt template must contain {document}")
-    return text
+    return text.replace("{keys}", keys)
 
 
 def _outcome(doc: Document, result, validator) -> dict:
@@ -278,7 +284,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     check_output(out)
     schema = _load_schema(args.schema)
     validator = _validator(schema, args.schema)
-    template = _template(args.prompt_template)
+    template = _template(args.prompt_template, schema)
     docs = collect_documents(args.inputs, args.field, args.id_field)
     already = done_ids(out)
     todo = [d for d in docs if d.id not in already]
@@ -456,8 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(outputs are still validated by --schema)")
     ex.add_argument("--model", default="smollm2", help="'smollm2' or a Hugging Face model folder")
     ex.add_argument("-o", "--output", required=True, help="JSONL output, appended (resumable)")
-    ex.add_argument("--prompt-template", help="text or file with {document} (default: a short "
-                                              "extraction instruction)")
+    ex.add_argument("--prompt-template", help="text or file with {document} and optionally "
+                                              "{keys} (the schema's top-level keys); default: a short "
+                                              "extraction instruction naming the keys")
     ex.add_argument("--batch-size", type=int, default=1)
     ex.add_argument("--max-new-tokens", type=int, default=512)
     ex.add_argument("--field", default="text", help="the text column of .jsonl inputs")

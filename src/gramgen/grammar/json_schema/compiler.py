@@ -1079,22 +1079,19 @@ class SchemaCompiler:
             if max(lo, hi or 0) > LONG_STRING:
                 return [self._long_string(lo, hi)]
             return [self.lex(strings.quoted(Repeat(strings.ANY_JSON_CHAR, lo, hi)), "STR")]
-        dfa = None
         if not constraints:
             constraints.append(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
-        for rx in constraints:
-            d = rx if isinstance(rx, cpdfa.CodepointDFA) else cpdfa.from_regex(rx)
-            dfa = d if dfa is None else cpdfa.intersect(dfa, d)
-            if dfa.is_empty():
-                return self.empty(node, "no string matches all of its pattern / format keywords")
-        if lo or hi is not None:
-            # the length counter multiplies the states; skip it when the other constraints
-            # already keep every string within lo..hi (a hostname is at most 247 long)
-            shortest, longest = cpdfa.length_range(dfa)
-            if shortest < lo or hi is not None and (longest is None or longest > hi):
-                dfa = cpdfa.intersect(dfa, cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), lo, hi)))
-                if dfa.is_empty():
-                    return self.empty(node, "no string of minLength / maxLength matches its pattern / format")
+        try:
+            dfa = self._string_dfa(constraints, lo, hi)
+        except CompileLimitError:
+            subset = strings.format_subset(fmt) if isinstance(fmt, str) else None
+            if subset is None:
+                raise
+            # the format's documented subset for length-bounded strings (see format_subset)
+            constraints = [subset if c is strings.format_regex(fmt) else c for c in constraints]
+            dfa = self._string_dfa(constraints, lo, hi)
+        if isinstance(dfa, str):
+            return self.empty(node, dfa)
         dfa = self._exclude_strings(dfa, node)
         if dfa.is_empty():
             return []
@@ -1170,6 +1167,25 @@ class SchemaCompiler:
         for p in parts[1:]:
             dfa = cpdfa.intersect(dfa, p)
         return self._exclude_strings(dfa, node)
+
+    def _string_dfa(self, constraints: list, lo: int, hi: int | None) -> "cpdfa.CodepointDFA | str":
+        """The strings meeting every pattern / format DFA and lo..hi characters; a str
+        saying why when none do."""
+        dfa = None
+        for rx in constraints:
+            d = rx if isinstance(rx, cpdfa.CodepointDFA) else cpdfa.from_regex(rx)
+            dfa = d if dfa is None else cpdfa.intersect(dfa, d)
+            if dfa.is_empty():
+                return "no string matches all of its pattern / format keywords"
+        if lo or hi is not None:
+            # the length counter multiplies the states; skip it when the other constraints
+            # already keep every string within lo..hi (a hostname is at most 247 long)
+            shortest, longest = cpdfa.length_range(dfa)
+            if shortest < lo or hi is not None and (longest is None or longest > hi):
+                dfa = cpdfa.intersect(dfa, cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), lo, hi)))
+                if dfa.is_empty():
+                    return "no string of minLength / maxLength matches its pattern / format"
+        return dfa
 
     def _exclude_strings(self, dfa: cpdfa.CodepointDFA, node: dict) -> cpdfa.CodepointDFA:
         """``dfa`` without the strings a negation excluded (``__not_pattern__``,

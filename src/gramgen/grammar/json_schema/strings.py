@@ -272,6 +272,22 @@ def _email(domain: Regex) -> Regex:
     return seq([cpdfa.as_regex(local), literal("@"), alt([domain, parse_regex(_ADDRESS_LITERAL)])])
 
 
+def format_subset(name: str) -> Regex | None:
+    """A smaller automaton for a format whose full language is too big to intersect with a
+    length bound (None: the format has none): ``email`` / ``idn-email`` with ``maxLength``
+    become a dot-string local part, ``@`` and a hostname without ``--`` in positions 3-4 of
+    any label (the idn-hostname language). A subset: it only leaves out valid addresses
+    (quoted local parts, address literals, A-labels), never admits an invalid one."""
+    if name not in ("email", "idn-email"):
+        return None
+    if name not in _subset_cache:
+        _subset_cache[name] = seq([parse_regex(_DOT_STRING), literal("@"), format_regex("idn-hostname")])
+    return _subset_cache[name]
+
+
+_subset_cache: dict[str, Regex] = {}
+
+
 def format_regex(name: str) -> Regex | None:
     """The decoded strings we accept for a format (None: not a format we know).
 
