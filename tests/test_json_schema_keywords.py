@@ -199,3 +199,10 @@ def test_pydantic_schemas_do_not_warn():
         warnings.simplefilter("error")
         g = gramgen.Grammar.from_json_schema(Item)
     assert g.ir.meta["unknown_keywords"] == []
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_strict_must_be_a_bool(value):
+    """strict='yes' was taken as true without a word."""
+    with pytest.raises(gramgen.ConfigurationError, match="strict"):
+        gramgen.Grammar.from_json_schema({"type": "object"}, strict=value)

@@ -137,6 +137,8 @@ class SchemaCompiler:
                 raise ConfigurationError(f"refs: the URIs must be strings, not {uri!r}")
         self.resolver = Resolver(schema, self.draft, refs)
         self.resolver.on_document = self._check_remote
+        if not isinstance(strict, bool):
+            raise ConfigurationError(f"strict must be True or False, not {strict!r}")
         self.strict = strict
         self.lenient = lenient
         self.lenient_formats = lenient_formats
