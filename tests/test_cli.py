@@ -375,3 +375,23 @@ def test_the_default_prompt_names_the_schemas_keys(workdir, monkeypatch):
     assert cli.main(["extract", "--schema", str(workdir / "schema.json"), doc, "-o", str(workdir / "b.jsonl"),
                      "--prompt-template", "Keys: {keys}. Text: {document}"]) == 0
     assert prompts[-1] == f"Keys: {keys}. Text: {PEOPLE[0]}"
+
+
+def test_the_readme_try_it_extracts_the_right_values(tmp_path, monkeypatch):
+    """The README's Try-it command, run as written from the repository root: every value
+    the documents state comes out right (the README shows this output)."""
+    shared_model()
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    out = tmp_path / "people.jsonl"
+    assert cli.main(["extract", "--schema", "examples/person.schema.json", "--model", "smollm2",
+                     "examples/people/", "-o", str(out)]) == 0
+    got = {r["id"]: r["value"] for r in _records(out)}
+    expected = {"dahl": ("Henrik Dahl", 1947, "composer"), "marsh": ("Elena Marsh", 1952, "marine biologist"),
+                "okafor": ("Amara Okafor", 1990, "software engineer"),
+                "raman": ("Priya Raman", 1983, "structural engineer")}
+    assert len(got) == len(expected)
+    for stem, (name, year, occupation) in expected.items():
+        value = got[f"examples/people/{stem}.txt"]
+        assert (value["name"], value["birth_year"]) == (name, year), value
+        assert occupation in value["occupation"].lower(), value
