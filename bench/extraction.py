@@ -263,7 +263,8 @@ def report(summary: dict, meta: dict) -> str:
     lines += ["", "Field accuracy: the share of gold fields whose value the output states exactly; "
               "an output that does not parse scores 0 for each of its fields. \"Where unconstrained "
               "parses\": the same, on the documents whose unconstrained output contains a JSON object.",
-              "See `bench/extraction.py` for the configurations."]
+              "Seconds: wall clock for all documents, on whatever else the machine ran; not a speed "
+              "comparison (bench/e2e.py measures speed). See `bench/extraction.py` for the configurations."]
     return "\n".join(lines) + "\n"
 
 
