@@ -212,3 +212,13 @@ def test_prompts_must_fit_the_context_length():
     out = gramgen.generate(lm, [0] * 10, grammar=cg, max_new_tokens=6)
     assert len(out.tokens) <= 6
     assert math.isfinite(out.logprob)
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=float("nan")), dict(temperature=True),
+                                    dict(top_p=float("nan")), dict(top_k=True)])
+def test_the_constrained_options_object_checks_as_generate_does(kwargs):
+    """sampler=Constrained(...) took NaN temperatures that temperature= refuses."""
+    from gramgen.generation import Constrained
+
+    with pytest.raises(gramgen.ConfigurationError):
+        Constrained(**kwargs)

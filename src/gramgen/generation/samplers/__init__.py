@@ -26,14 +26,12 @@ keyword arguments into one, validated once. ``sampler=`` may also be a :class:`~
 
 from __future__ import annotations
 
-import math
-from numbers import Integral, Real
 from typing import Union
 
 from ...errors import ConfigurationError
 from .asap import ASAp, ASApSample, ASApSampling, ASApTrie, shared_state
 from .awrs import AWRS, AWRSSampler, AWRSStep, WithoutReplacement, awrs_step
-from .masked import Constrained, MaskedSampler
+from .masked import Constrained, MaskedSampler, check_sampling_arguments
 from .smc import SMC, SMCResult, SMCSampler, smc
 
 __all__ = ["ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSSampler", "AWRSStep", "Constrained",
@@ -44,25 +42,6 @@ __all__ = ["ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSSample
 SAMPLERS = ("constrained", "awrs", "smc", "asap")
 
 SamplerOptions = Union[Constrained, AWRS, SMC, ASApSampling]
-
-
-def check_sampling_arguments(temperature, top_k, top_p, num_particles) -> None:
-    """Raise :class:`~gramgen.ConfigurationError` naming the first argument that is not a
-    usable value: ``temperature`` a finite number >= 0, ``top_k`` a positive int,
-    ``top_p`` a number in (0, 1], ``num_particles`` a positive int (None: not given)."""
-    if (isinstance(temperature, bool) or not isinstance(temperature, Real)
-            or not math.isfinite(temperature) or temperature < 0):
-        raise ConfigurationError(f"temperature must be a finite number >= 0 (0 = greedy), "
-                                 f"not {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1):
-        raise ConfigurationError(f"top_k must be a positive int or None, not {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, Real)
-                              or not 0 < top_p <= 1):   # (NaN fails the comparison)
-        raise ConfigurationError(f"top_p must be a number in (0, 1] or None, not {top_p!r}")
-    if num_particles is not None and (isinstance(num_particles, bool)
-                                      or not isinstance(num_particles, Integral) or num_particles < 1):
-        raise ConfigurationError(f"num_particles must be a positive int, not {num_particles!r} "
-                                 "(None: the SMC default)")
 
 
 def sampler_options(sampler: str | SamplerOptions | ASAp | ASApTrie, *, temperature: float = 0.0,

@@ -10,7 +10,9 @@ the sequence ends (``finish_reason="grammar"``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
 
@@ -20,7 +22,7 @@ from ...errors import ConfigurationError
 from ..constraint import fill_bitmask
 from ..loop import Choice, Sequence
 
-__all__ = ["Constrained", "MaskedSampler", "single_allowed", "warp"]
+__all__ = ["Constrained", "MaskedSampler", "check_sampling_arguments", "single_allowed", "warp"]
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,26 @@ class Constrained:
     jump_forward: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise ConfigurationError(f"temperature must be >= 0 (0 = greedy), not {self.temperature!r}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ConfigurationError(f"top_p must be in (0, 1], not {self.top_p!r}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
-            raise ConfigurationError(f"top_k must be a positive int, not {self.top_k!r}")
+        check_sampling_arguments(self.temperature, self.top_k, self.top_p, None)
+
+
+def check_sampling_arguments(temperature, top_k, top_p, num_particles) -> None:
+    """Raise :class:`~gramgen.ConfigurationError` naming the first argument that is not a
+    usable value: ``temperature`` a finite number >= 0, ``top_k`` a positive int,
+    ``top_p`` a number in (0, 1], ``num_particles`` a positive int (None: not given)."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, Real)
+            or not math.isfinite(temperature) or temperature < 0):
+        raise ConfigurationError(f"temperature must be a finite number >= 0 (0 = greedy), "
+                                 f"not {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1):
+        raise ConfigurationError(f"top_k must be a positive int or None, not {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, Real)
+                              or not 0 < top_p <= 1):   # (NaN fails the comparison)
+        raise ConfigurationError(f"top_p must be a number in (0, 1] or None, not {top_p!r}")
+    if num_particles is not None and (isinstance(num_particles, bool)
+                                      or not isinstance(num_particles, Integral) or num_particles < 1):
+        raise ConfigurationError(f"num_particles must be a positive int, not {num_particles!r} "
+                                 "(None: the SMC default)")
 
 
 def single_allowed(words: np.ndarray) -> int | None:
