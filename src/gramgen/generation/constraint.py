@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from .._lru import LRU
 from ..automata import bitmask
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError, TokenRejected
@@ -158,7 +159,7 @@ class PredicateConstraint:
 
     def __init__(self, vocab: Vocabulary, prefix_ok: Callable[[str], bool],
                  complete_ok: Callable[[str], bool], counter: EvaluationCounter | None = None,
-                 _data: bytes = b"", _done: bool = False, _completable: dict | None = None):
+                 _data: bytes = b"", _done: bool = False, _completable: LRU | None = None):
         self.vocab = vocab
         self.prefix_ok = prefix_ok
         self.complete_ok = complete_ok
@@ -167,7 +168,7 @@ class PredicateConstraint:
         self._done = _done
         #: (text, incomplete bytes) -> whether a character completes them acceptably;
         #: shared by forks
-        self._completable: dict[tuple[str, bytes], bool] = {} if _completable is None else _completable
+        self._completable: LRU[tuple[str, bytes], bool] = LRU(4096) if _completable is None else _completable
 
     @property
     def text(self) -> str:
@@ -182,9 +183,7 @@ class PredicateConstraint:
                 if i == MAX_COMPLETIONS or self.prefix_ok(text + char):
                     found = True
                     break
-            if len(self._completable) >= 4096:
-                self._completable.clear()
-            self._completable[key] = found
+            self._completable.put(key, found)
         return found
 
     def check(self, token: int) -> bool:
