@@ -10,7 +10,7 @@ from .automata.bitmask import allocate_token_bitmask
 from .automata.vocabulary import Vocabulary
 from .errors import (CompileLimitError, ConfigurationError, GramgenError, GrammarError, SchemaError,
                      TokenizerError, TokenRejected, UnknownKeywordWarning)
-from .generation import ASAp, GenerationResult, GenerationStats, generate
+from .generation import ASAp, GenerationResult, GenerationStats, Speculation, generate
 from .grammar import Grammar
 from .hf import LogitsProcessor, Model, load_model
 from .runtime import CompiledGrammar, CompileOptions, Matcher, compile
@@ -20,6 +20,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ASAp", "CompileLimitError", "CompileOptions", "CompiledGrammar", "ConfigurationError",
     "GenerationResult", "GenerationStats", "GramgenError", "Grammar", "GrammarError",
-    "LogitsProcessor", "Matcher", "Model", "SchemaError", "TokenRejected", "TokenizerError",
+    "LogitsProcessor", "Matcher", "Model", "SchemaError", "Speculation", "TokenRejected", "TokenizerError",
     "UnknownKeywordWarning", "Vocabulary", "__version__", "allocate_token_bitmask", "compile", "generate", "load_model",
 ]

@@ -10,15 +10,16 @@ from .api import Target, generate, target_for
 from .constraint import (Constraint, EvaluationCounter, MatcherConstraint, PredicateConstraint,
                          as_constraint)
 from .lm import LanguageModel, Session, SyntheticLM, TransformersLM
-from .loop import Choice, Sequence, run
+from .loop import Choice, Draft, Sequence, run
 from .result import FinishReason, GenerationResult, GenerationStats
 from .samplers import (AWRS, SAMPLERS, SMC, ASAp, ASApSample, ASApSampling, ASApTrie, AWRSStep,
                        Constrained, SamplerOptions, SMCResult, awrs_step, smc)
+from .speculation import Speculation, Speculator
 
 __all__ = [
-    "ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSStep", "Choice", "Constrained", "Constraint",
+    "ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSStep", "Choice", "Constrained", "Constraint", "Draft",
     "EvaluationCounter", "FinishReason", "GenerationResult", "GenerationStats", "LanguageModel",
     "MatcherConstraint", "PredicateConstraint", "SAMPLERS", "SMC", "SMCResult", "SamplerOptions",
-    "Sequence", "Session", "SyntheticLM", "Target", "TransformersLM", "as_constraint", "awrs_step",
+    "Sequence", "Session", "Speculation", "Speculator", "SyntheticLM", "Target", "TransformersLM", "as_constraint", "awrs_step",
     "generate", "run", "smc", "target_for",
 ]

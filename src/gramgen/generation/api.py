@@ -27,9 +27,10 @@ from ..runtime import CompiledGrammar, compile as compile_grammar
 from .constraint import Constraint, MatcherConstraint, require_masks
 from .lm import LanguageModel, context_length
 from .loop import Sequence, run
-from .result import GenerationResult
+from .result import GenerationResult, GenerationStats
 from .samplers import (AWRS, SMC, ASAp, ASApSampling, ASApTrie, AWRSSampler, Constrained,
                        MaskedSampler, SamplerOptions, sampler_options, shared_state, smc)
+from .speculation import DraftPolicy, Speculation, Speculator
 
 __all__ = ["Target", "generate", "target_for"]
 
@@ -134,7 +135,7 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
              lark: str | None = None, gbnf: str | None = None, regex: str | None = None,
              constraint: Constraint | None = None,
              sampler: str | SamplerOptions | ASAp = "constrained", num_particles: int | None = None,
-             speculative: Any = None, max_new_tokens: int = 512, temperature: float = 0.0,
+             speculative: Speculation | None = None, max_new_tokens: int = 512, temperature: float = 0.0,
              top_p: float | None = None, top_k: int | None = None, seed: int | None = None,
              chat: bool = True, whitespace: Whitespace = DEFAULT_WHITESPACE,
              separators: tuple[str, str] | None = None, indent: int | str | None = None,
@@ -164,10 +165,11 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     the JSON Schema compiler; ``strict=True`` (default) allows no undeclared object keys
     unless the schema allows them explicitly (``additionalProperties`` /
     ``unevaluatedProperties``); ``strict=False`` reads the schema as the specification does.
+    ``speculative``: a :class:`~gramgen.Speculation` (drafts verified so that every
+    sampler's output distribution is exactly the one without it; greedy outputs are the
+    same tokens); ``result.stats`` counts ``forward_passes``, ``drafted`` and ``accepted``.
     Every bad argument raises :class:`~gramgen.ConfigurationError` before any work.
     """
-    if speculative is not None:
-        raise ConfigurationError("speculative decoding is not available in generate() yet")
     options = sampler_options(sampler, temperature=temperature, top_k=top_k, top_p=top_p,
                               num_particles=num_particles, jump_forward=jump_forward)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
@@ -181,6 +183,7 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     if not isinstance(model, LanguageModel):
         raise ConfigurationError(f"model must be a gramgen.Model (see gramgen.load_model) or another "
                                  f"gramgen LanguageModel, not {type(model).__name__}")
+    speculator = None if speculative is None else Speculator(speculative, model)
     single, prompts = _prompt_ids(model, prompt, chat)
     _check_room(model, prompts, max_new_tokens)
     target = target_for(model.vocab, schema=schema, grammar=grammar, lark=lark, gbnf=gbnf,
@@ -193,7 +196,11 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
             require_masks(target.constraint)
     if not prompts:
         return []
-    results = _generate_ids(model, prompts, target, options, max_new_tokens, seed)
+    try:
+        results = _generate_ids(model, prompts, target, options, max_new_tokens, seed, speculator)
+    finally:
+        if speculator is not None:
+            speculator.close()
     return results[0] if single else results
 
 
@@ -259,16 +266,21 @@ def _check_room(model, prompts: list[list[int]], max_new_tokens: int) -> None:
 
 
 def _generate_ids(model, prompts: list[list[int]], target: Target, options, max_new_tokens: int,
-                  seed: int | None) -> list[GenerationResult]:
+                  seed: int | None, speculator: Speculator | None = None) -> list[GenerationResult]:
     vocab = model.vocab
+    if speculator is not None:
+        speculator.policy = DraftPolicy("checked")   # samplers that never compute full masks
     if isinstance(options, (Constrained, AWRS)):
         population = [Sequence(p, target.new_state()) for p in prompts]
         if isinstance(options, Constrained):
             sampler = MaskedSampler(options, vocab, seed)
+            if speculator is not None:
+                speculator.policy = (DraftPolicy("greedy") if options.temperature == 0 else DraftPolicy(
+                    "sample", options.temperature, options.top_k, options.top_p, sampler.generator))
         else:
             sampler = AWRSSampler(vocab, np.random.default_rng(seed))
         before = [seq.constraint.counter.count for seq in population]
-        population = run(model, population, sampler, max_new_tokens=max_new_tokens)
+        population = run(model, population, sampler, max_new_tokens=max_new_tokens, drafter=speculator)
         results = [_result(vocab, seq, target) for seq in population]
         for seq, res, count in zip(population, results, before):
             # (forks of a constraint= share one counter: then every row reports the batch's)
@@ -281,13 +293,14 @@ def _generate_ids(model, prompts: list[list[int]], target: Target, options, max_
     for i, prompt in enumerate(prompts):
         one_seed = None if seed is None else seed + i
         if isinstance(options, SMC):
-            results.append(_smc(model, prompt, target, options, max_new_tokens, one_seed))
+            results.append(_smc(model, prompt, target, options, max_new_tokens, one_seed, speculator))
         else:
-            results.append(_asap(model, prompt, target, options, max_new_tokens, one_seed))
+            results.append(_asap(model, prompt, target, options, max_new_tokens, one_seed, speculator))
     return results
 
 
-def _smc(model, prompt, target: Target, options: SMC, max_new_tokens: int, seed) -> GenerationResult:
+def _smc(model, prompt, target: Target, options: SMC, max_new_tokens: int, seed,
+         speculator: Speculator | None) -> GenerationResult:
     rng = np.random.default_rng(seed)
     twist = options.twist
     if isinstance(twist, ASApTrie):
@@ -297,7 +310,7 @@ def _smc(model, prompt, target: Target, options: SMC, max_new_tokens: int, seed)
         twist = twist.twist
     res = smc(model, target.new_state(), prompt, num_particles=options.num_particles,
               max_new_tokens=max_new_tokens, rng=rng, ess_threshold=options.ess_threshold,
-              resampling=options.resampling, twist=twist)
+              resampling=options.resampling, twist=twist, drafter=speculator)
     lw = res.log_weights
     if np.isfinite(lw).any():
         w = np.exp(lw - np.max(lw))
@@ -314,14 +327,15 @@ def _smc(model, prompt, target: Target, options: SMC, max_new_tokens: int, seed)
     return result
 
 
-def _asap(model, prompt, target: Target, options: ASApSampling, max_new_tokens: int, seed) -> GenerationResult:
+def _asap(model, prompt, target: Target, options: ASApSampling, max_new_tokens: int, seed,
+          speculator: Speculator | None) -> GenerationResult:
     state, trie = options.state, options.trie
     if trie is None:
         state = state if state is not None else shared_state(model)
         with state._lock:   # one draw at a time per ASAp: a trie is not shared by threads
             trie = state.trie(model, target.compiled, prompt, max_new_tokens=max_new_tokens)
             try:
-                return _asap_draw(model, prompt, target, trie, options.warmup, seed)
+                return _asap_draw(model, prompt, target, trie, options.warmup, seed, speculator)
             finally:
                 state._release(trie)
     if trie.lm is None:
@@ -333,20 +347,23 @@ def _asap(model, prompt, target: Target, options: ASApSampling, max_new_tokens: 
             or not trie.same_grammar(target.compiled)):
         raise ConfigurationError("the ASApTrie passed was built for another prompt, grammar or "
                                  "max_new_tokens")
-    return _asap_draw(model, prompt, target, trie, options.warmup, seed)
+    return _asap_draw(model, prompt, target, trie, options.warmup, seed, speculator)
 
 
-def _asap_draw(model, prompt, target: Target, trie: ASApTrie, warmup: int, seed) -> GenerationResult:
+def _asap_draw(model, prompt, target: Target, trie: ASApTrie, warmup: int, seed,
+               speculator: Speculator | None = None) -> GenerationResult:
     """``warmup`` samples to refine ``trie``, then the one returned."""
     if seed is not None:
         trie.rng = np.random.default_rng(seed)
     masks_before = trie.mask_evaluations
     for _ in range(warmup):
-        trie.sample()
-    s = trie.sample()
+        trie.sample(drafter=speculator)
+    s = trie.sample(drafter=speculator)
     masks = trie.mask_evaluations - masks_before
     seq = Sequence(prompt, None, tokens=s.tokens[:-1], logprob=s.logprob, finish="eos",
                    eos_token=s.tokens[-1])
+    if trie.last_stats is not None:   # the run that gave the sample
+        seq.stats = GenerationStats(**vars(trie.last_stats))
     seq.stats.sampled_tokens = len(s.tokens)
     seq.stats.prompt_tokens = len(prompt)
     result = _result(model.vocab, seq, target)

@@ -29,12 +29,30 @@ class GenerationStats:
     forward_passes: int = 0
     #: tokens emitted without a draw because they were the only token allowed (jump-forward)
     forced_tokens: int = 0
-    #: tokens drawn from a distribution (a drawn EOS included)
+    #: tokens drawn from a distribution (a drawn EOS included; accepted drafts included:
+    #: verification draws them from the target distribution)
     sampled_tokens: int = 0
+    #: speculative decoding: draft tokens sent to verification, and how many were kept
+    drafted: int = 0
+    accepted: int = 0
+    #: forward passes of a draft model (speculation with ``draft=<model>``)
+    draft_forward_passes: int = 0
     #: seconds spent computing constraint masks and checks for this sequence
     mask_seconds: float = 0.0
     #: wall-clock seconds of the whole call this output came from
     seconds: float = 0.0
+    #: tokens this output emitted (EOS not counted), set when the call ends
+    new_tokens: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Emitted tokens per wall-clock second of the call (0 before it ends)."""
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Share of draft tokens kept (None when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else None
 
 
 @dataclass

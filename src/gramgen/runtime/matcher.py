@@ -242,6 +242,28 @@ class Matcher:
         for t in token_ids:
             self.advance(t)
 
+    def validate(self, token_ids: Iterable[int]) -> int:
+        """How many of ``token_ids``, advanced in turn from here, the grammar accepts (the
+        length of the longest accepted prefix; an accepted EOS ends it). The state is left
+        as it was: what a speculative decoder asks to cut a draft before the model runs it.
+        ConfigurationError for an id that is not an int in ``[0, vocab_size)``."""
+        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Iterable):
+            raise ConfigurationError(f"validate() takes an iterable of token ids, not "
+                                     f"{type(token_ids).__name__}")
+        done = 0
+        try:
+            for t in token_ids:
+                if self._terminated:
+                    break
+                try:
+                    self.advance(t)
+                except TokenRejected:
+                    break
+                done += 1
+        finally:
+            self.rollback(done)
+        return done
+
     def rollback(self, n_tokens: int) -> None:
         """Undo the last ``n_tokens`` advances (an int from 0 to the number advanced)."""
         n_tokens = _whole_number(n_tokens, "rollback's n_tokens")

@@ -138,6 +138,8 @@ class ASApTrie:
         self.samples_drawn = 0
         self.mask_evaluations = 0   # full masks computed (each = vocab.size checks)
         self.model_calls = 0
+        #: the loop's statistics of the last sample's final run
+        self.last_stats = None
         self._session = None         # one model session across samples: shared prefixes run once
 
     def _attach(self, lm: LanguageModel, compiled) -> None:
@@ -198,9 +200,10 @@ class ASApTrie:
             node, parent = self._nodes[path[i]], self._nodes[path[i - 1]]
             parent.log_e[parent.position(node.token)] = node.log_bound()
 
-    def sample(self, max_restarts: int = 1000) -> ASApSample:
+    def sample(self, max_restarts: int = 1000, drafter=None) -> ASApSample:
         """Draw one sample (one run of the generation loop; a dead end restarts it) and
-        refine the bounds along its path."""
+        refine the bounds along its path. ``drafter``: speculative decoding (drafts are
+        verified against ASAp's own draws, so the samples are the same in distribution)."""
         if self.lm is None:
             raise GramgenError("this ASAp trie is not attached to a model: get it from "
                                "ASAp.trie(model, grammar, prompt_ids)")
@@ -209,7 +212,9 @@ class ASApTrie:
         for _ in range(max_restarts):
             step = _ASApStep(self)
             seq = Sequence(list(self.prompt_ids), MatcherConstraint(self.compiled.matcher()))
-            run(self.lm, [seq], step, max_new_tokens=self.max_new_tokens, session=self._session)
+            run(self.lm, [seq], step, max_new_tokens=self.max_new_tokens, session=self._session,
+                drafter=drafter)
+            self.last_stats = seq.stats
             self._update(step.path)
             if seq.finish == "eos":
                 self.samples_drawn += 1
@@ -585,31 +590,74 @@ class _ASApStep:
         seq.needs_logits = self._allowed.size > 0
 
     def choose(self, seqs: list[Sequence], logits) -> list[Choice]:
-        asap = self.asap
         (seq,) = seqs
-        if self._allowed is not None:   # a new prefix: its node
-            allowed, self._allowed = self._allowed, None
-            logp = np.zeros(0)
-            if allowed.size:
-                logp = normalised_logprobs(logits, asap.lm.vocab)[0][allowed]
-                asap.model_calls += 1
-            if not self._off_trie and asap._has_room():
-                parent = self.path[-1] if self.path else -1
-                self.path.append(asap._add(parent, seq.tokens[-1] if self.path else -1, allowed, logp))
-                self.new_nodes += 1
-                node = asap._nodes[self.path[-1]]
-            else:
-                self._off_trie = True
-                node = _Node(-1, -1, allowed, logp, np.zeros(allowed.shape[0]))
-        else:
-            node = asap._nodes[self.path[-1]]
+        draft = seq.draft
+        if draft is None:
+            node = self._node(seq, None if logits is None else (logits[:, -1] if logits.ndim == 3 else logits))
+            token, logprob = self._draw(node)
+            return [Choice(token, logprob)]
+        # speculative decoding: ASAp's own draw at each drafted position (a node of the
+        # trie, new ones made from that position's logits); a draft is kept iff the draw
+        # equals it, so every draw is the one plain ASAp would make there
+        rows = logits[:, logits.shape[1] - len(draft) - 1:]
+        accepted: list[int] = []
+        logprob = 0.0
+        fork, advanced = None, 0   # the constraint over the first ``advanced`` drafts
+        for j in range(len(draft) + 1):
+            if j:
+                nodes = self.asap._nodes
+                child = None if self._off_trie else nodes[self.path[-1]].children.get(draft.tokens[j - 1])
+                if child is not None:
+                    self.path.append(child)
+                else:
+                    if fork is None:
+                        fork = seq.constraint.fork()
+                    for t in draft.tokens[advanced:j]:
+                        fork.advance(t)
+                    advanced = j
+                    self._allowed = self.asap._allowed(len(seq.tokens) + j, fork.matcher)
+            node = self._node(seq, rows[:, j], grown=accepted)
+            token, lp = self._draw(node)
+            if token is None:
+                return [Choice(None, logprob, 0.0, tuple(accepted))]
+            logprob += lp
+            if j < len(draft) and token == draft.tokens[j] and token not in self.asap.eos:
+                accepted.append(token)
+                continue
+            return [Choice(token, logprob, 0.0, tuple(accepted))]
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _node(self, seq: Sequence, logits, grown: list[int] = ()) -> _Node:
+        """The node of the current prefix (``seq.tokens`` and ``grown``): the one on the
+        path, or a new one made from ``logits`` ``[1, width]`` and the allowed tokens
+        computed in prepare."""
+        asap = self.asap
+        if self._allowed is None:
+            return asap._nodes[self.path[-1]]
+        allowed, self._allowed = self._allowed, None
+        logp = np.zeros(0)
+        if allowed.size:
+            logp = normalised_logprobs(logits, asap.lm.vocab)[0][allowed]
+            asap.model_calls += 1
+        if not self._off_trie and asap._has_room():
+            parent = self.path[-1] if self.path else -1
+            prefix = list(seq.tokens) + list(grown)
+            self.path.append(asap._add(parent, prefix[-1] if self.path else -1, allowed, logp))
+            self.new_nodes += 1
+            return asap._nodes[self.path[-1]]
+        self._off_trie = True
+        return _Node(-1, -1, allowed, logp, np.zeros(allowed.shape[0]))
+
+    def _draw(self, node: _Node) -> tuple[int | None, float]:
+        """A token from the node's adjusted distribution ``P(t|u)·Ê(ut)`` and its model
+        log-probability (None: a dead end, no allowed token has model mass)."""
         scores = node.logp + node.log_e
         total = _logsumexp(scores)
-        if total == -np.inf:   # a dead end (no allowed token has model mass)
-            return [Choice(None)]
+        if total == -np.inf:
+            return None, 0.0
         probs = np.exp(scores - total)
-        j = int(asap.rng.choice(probs.shape[0], p=probs / probs.sum()))
-        return [Choice(int(node.allowed[j]), float(node.logp[j]))]
+        j = int(self.asap.rng.choice(probs.shape[0], p=probs / probs.sum()))
+        return int(node.allowed[j]), float(node.logp[j])
 
     def after_step(self, population: list[Sequence], step: int) -> list[Sequence]:
         return population

@@ -10,6 +10,13 @@ draw, afresh, over the tokens round 1 did not reject (``x`` included) and stops 
 With ``r1`` the mass rejected in round 1 and ``N`` the rejections of both rounds,
 ``w = (M - r1) / (N + 1)`` has ``E[w] = Z``, where ``M`` is the total mass of ``p``
 (1 when ``p`` is normalised; the kept mass when it was pruned).
+
+Speculative decoding (:meth:`AWRSSampler.verify`): no full mask is computed, so a draft is
+verified by coupling: at each drafted position AWRS makes its own draw, exactly as it
+would without the draft; the drafted token is kept iff that draw equals it, and the first
+draw that differs is the token emitted. Each draw and weight is the one plain AWRS would
+make at that position, so outputs and weights are distributed exactly as without
+speculation; the draft only decides how many positions one forward pass scores.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import numpy as np
 from ...automata.vocabulary import Vocabulary
 from ..constraint import known_mask
 from ..lm import never_ids, normalised_logprobs
-from ..loop import Choice, Sequence
+from ..loop import Choice, Draft, Sequence
 
 __all__ = ["AWRS", "AWRSSampler", "AWRSStep", "WithoutReplacement", "awrs_step"]
 
@@ -238,6 +245,13 @@ class AWRSSampler:
         return step
 
     def choose(self, seqs: list[Sequence], logits) -> list[Choice]:
+        if logits.ndim == 3:   # drafts to verify
+            out = []
+            for b, seq in enumerate(seqs):
+                d = 0 if seq.draft is None else len(seq.draft)
+                rows = normalised_logprobs(logits[b, logits.shape[1] - d - 1:], self.vocab, self._never)
+                out.append(self.verify(seq, rows, seq.draft or Draft()))
+            return out
         rows = normalised_logprobs(logits, self.vocab, self._never)
         out = []
         for seq, logp in zip(seqs, rows):
@@ -247,6 +261,29 @@ class AWRSSampler:
             else:
                 out.append(Choice(step.token, float(logp[step.token]), step.log_weight))
         return out
+
+    def verify(self, seq: Sequence, rows: np.ndarray, draft: Draft) -> Choice:
+        """The drafted tokens kept and the token after them, from the normalised
+        log-probabilities ``rows`` ``[len(draft) + 1, vocab.size]`` (see the module docstring)."""
+        accepted: list[int] = []
+        logprob = log_weight = 0.0
+        state = seq
+        for j in range(len(draft) + 1):
+            if j:
+                if state is seq:   # draw against a fork advanced over the kept drafts
+                    state = Sequence(seq.prompt, seq.constraint.fork(), stats=seq.stats, state=seq.state)
+                state.constraint.advance(draft.tokens[j - 1])
+            step = self.draw(state, rows[j])
+            seq.state = state.state
+            log_weight += step.log_weight
+            if step.token is None:
+                return Choice(None, logprob, -np.inf, tuple(accepted))
+            logprob += float(rows[j][step.token])
+            if j < len(draft) and step.token == draft.tokens[j] and step.token not in self.eos:
+                accepted.append(step.token)
+                continue
+            return Choice(step.token, logprob, log_weight, tuple(accepted))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def after_step(self, population: list[Sequence], step: int) -> list[Sequence]:
         return population

@@ -6,6 +6,13 @@ that token is emitted without a draw (jump-forward): the restricted distribution
 its mass there whatever the logits, so this is exact, and a run of such tokens reaches
 the model in the same forward pass as the draw before it. Where it allows nothing but EOS
 the sequence ends (``finish_reason="grammar"``).
+
+With speculative decoding, :meth:`MaskedSampler.verify` keeps the same distribution: at
+each drafted position the target is the masked, warped distribution ``p'`` this sampler
+would draw from there; a draft ``x`` drawn from ``q`` is kept with probability
+``min(1, p'(x) / q(x))`` (``p'(x)`` for a point-mass draft), and the first rejected one is
+replaced by a draw from ``max(0, p' - q)`` renormalised (``p'`` without ``x``), which is
+exactly ``p'`` overall (Leviathan et al., 2023). Greedy keeps a draft iff it is the argmax.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from ...automata import bitmask
 from ...automata.vocabulary import Vocabulary
 from ...errors import ConfigurationError
 from ..constraint import fill_bitmask
-from ..loop import Choice, Sequence
+from ..loop import Choice, Draft, Sequence
 
 __all__ = ["Constrained", "MaskedSampler", "check_sampling_arguments", "single_allowed", "warp"]
 
@@ -91,6 +98,17 @@ def warp(scores, temperature: float, top_k: int | None, top_p: float | None):
     return scores
 
 
+def _aligned(q, p):
+    """``q`` (a distribution over the vocabulary) on ``p``'s device and dtype, cut or
+    zero-padded to ``p``'s width (a model's logits may be wider than its vocabulary)."""
+    import torch
+
+    out = torch.zeros_like(p)
+    n = min(q.shape[-1], p.shape[-1])
+    out[:n] = q[:n].to(p.device, p.dtype)
+    return out
+
+
 class MaskedSampler:
     """The step strategy of :class:`Constrained` (see the module docstring)."""
 
@@ -122,6 +140,111 @@ class MaskedSampler:
             seq.stats.forced_tokens += 1
 
     def choose(self, seqs: list[Sequence], logits) -> list[Choice]:
+        if logits.ndim == 3:   # some sequences carry drafts: verify those
+            out: list[Choice | None] = [None] * len(seqs)
+            plain = [b for b, seq in enumerate(seqs) if seq.draft is None]
+            if plain:
+                picked = self._choose([seqs[b] for b in plain], logits[plain, -1])
+                for b, choice in zip(plain, picked):
+                    out[b] = choice
+            for b, seq in enumerate(seqs):
+                if seq.draft is not None:
+                    out[b] = self.verify(seq, logits[b, logits.shape[1] - len(seq.draft) - 1:], seq.draft)
+            return out
+        return self._choose(seqs, logits)
+
+    def verify(self, seq: Sequence, logits, draft: Draft) -> Choice:
+        """The accepted prefix of ``draft`` and the token after it, from ``logits``
+        ``[len(draft) + 1, width]`` (the rows after each drafted position); see the module
+        docstring. Masks past the first rejection are never computed."""
+        import torch
+
+        greedy = self.options.temperature == 0
+        accepted: list[int] = []
+        logprob = 0.0
+        words = np.zeros((1, self.n_words), dtype=np.int32)
+        fork = None
+        for j in range(len(draft) + 1):
+            if j == 0 or seq.constraint is None:
+                row_words = seq.state if seq.constraint is not None else None
+            else:
+                if fork is None:
+                    fork = seq.constraint.fork()
+                fork.advance(draft.tokens[j - 1])
+                fill_bitmask(fork, words, 0)
+                row_words = words[0]
+                single = single_allowed(row_words)
+                if single == -1:
+                    return Choice(None, logprob, 0.0, tuple(accepted))
+                if single in self.eos:   # only ending: as prepare would, without a draw
+                    return Choice(None, logprob, 0.0, tuple(accepted), finish="grammar")
+            scores = self._masked(logits[j:j + 1], row_words)
+            if not greedy:
+                scores = warp(scores, self.options.temperature, self.options.top_k, self.options.top_p)
+            logp = torch.log_softmax(scores, dim=-1)[0]
+            if j == len(draft):   # every draft kept: the next token
+                token = int(torch.argmax(logp)) if greedy else self._draw(logp.exp())
+                return Choice(token, logprob + float(logp[token]), 0.0, tuple(accepted))
+            x, q = draft.tokens[j], draft.probs[j]
+            if greedy:
+                best = int(torch.argmax(logp))
+                keep = best == x
+            else:
+                p_x = float(logp[x].exp()) if x < logp.shape[0] else 0.0
+                q_x = 1.0 if q is None else float(q[x])
+                keep = p_x > 0 and self._uniform(logp.device) * q_x < p_x
+            if keep:
+                accepted.append(x)
+                logprob += float(logp[x])
+                if x in self.eos:
+                    return Choice(x, logprob, 0.0, tuple(accepted[:-1]))
+                continue
+            if greedy:
+                return Choice(best, logprob + float(logp[best]), 0.0, tuple(accepted))
+            p = logp.exp()
+            if q is None:
+                residual = p.clone()
+                residual[x] = 0.0
+            else:
+                residual = torch.clamp(p - _aligned(q, p), min=0.0)
+            if not float(residual.sum()) > 0:   # p' == q up to rounding: p' itself is exact
+                residual = p
+            token = self._draw(residual)
+            return Choice(token, logprob + float(logp[token]), 0.0, tuple(accepted))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _masked(self, logits, words):
+        """``logits`` ``[1, width]`` with the tokens outside ``words`` (a packed row, or None
+        without a constraint) at ``-inf``."""
+        import torch
+
+        if words is None:
+            return logits
+        width = logits.shape[-1]
+        host = np.zeros((1, bitmask.n_words(max(width, self.n_words * 32))), dtype=np.int32)
+        host[0, :self.n_words] = words
+        return bitmask.apply_bitmask(logits, torch.from_numpy(host).to(logits.device))
+
+    def generator(self, device):
+        """The torch generator of this sampler's draws (seeded once), or None."""
+        import torch
+
+        if self._generator is None and self.seed is not None:
+            self._generator = torch.Generator(device=device).manual_seed(int(self.seed))
+        return self._generator
+
+    def _uniform(self, device) -> float:
+        import torch
+
+        return float(torch.rand((), generator=self.generator(device), device=device))
+
+    def _draw(self, weights) -> int:
+        """A token drawn with probability proportional to ``weights`` (1-D, >= 0)."""
+        import torch
+
+        return int(torch.multinomial(weights / weights.sum(), 1, generator=self.generator(weights.device))[0])
+
+    def _choose(self, seqs: list[Sequence], logits) -> list[Choice]:
         import torch
 
         width = logits.shape[-1]
@@ -147,11 +270,9 @@ class MaskedSampler:
             logp = torch.log_softmax(scores, dim=-1)
             picked = torch.argmax(scores, dim=-1)
             return picked, logp.gather(-1, picked[:, None])[:, 0]
-        if self._generator is None and self.seed is not None:
-            self._generator = torch.Generator(device=scores.device).manual_seed(int(self.seed))
         scores = warp(scores, opts.temperature, opts.top_k, opts.top_p)
         logp = torch.log_softmax(scores, dim=-1)
-        picked = torch.multinomial(logp.exp(), 1, generator=self._generator)[:, 0]
+        picked = torch.multinomial(logp.exp(), 1, generator=self.generator(scores.device))[:, 0]
         return picked, logp.gather(-1, picked[:, None])[:, 0]
 
     def after_step(self, population: list[Sequence], step: int) -> list[Sequence]:

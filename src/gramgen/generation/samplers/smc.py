@@ -16,7 +16,11 @@ property, e.g. ASAp's learned upper bounds (:meth:`ASApTrie.twist
 <gramgen.generation.ASApTrie.twist>`).
 
 The particles are the rows of one run of the generation loop; resampling happens after a
-step, between the loop's draws.
+step, between the loop's draws. With speculative decoding each particle verifies its own
+draft (AWRS's coupling, :meth:`AWRSSampler.verify`), so a step may extend particles by
+different numbers of tokens; each particle's weight is still the product of AWRS's weights
+along its tokens (and the twist at its new prefix), and the final particles target the
+same ``Q``.
 """
 
 from __future__ import annotations
@@ -143,12 +147,13 @@ class SMCSampler(AWRSSampler):
             return choices
         out = []
         for seq, c in zip(seqs, choices):
-            if c.token is None:
+            if c.token is None or c.finish is not None:
                 out.append(c)
                 continue
             old = float(self.twist(tuple(seq.tokens)))
-            new = 0.0 if c.token in self.eos else float(self.twist(tuple(seq.tokens) + (c.token,)))
-            out.append(Choice(c.token, c.logprob, c.log_weight + new - old))
+            grown = tuple(seq.tokens) + c.accepted
+            new = 0.0 if c.token in self.eos else float(self.twist(grown + (c.token,)))
+            out.append(Choice(c.token, c.logprob, c.log_weight + new - old, c.accepted, c.finish))
         return out
 
     def after_step(self, population: list[Sequence], step: int) -> list[Sequence]:
@@ -171,8 +176,9 @@ class SMCSampler(AWRSSampler):
 def smc(lm: LanguageModel, constraint: Constraint, prompt_ids: SequenceOf[int], *,
         num_particles: int, max_new_tokens: int, rng: np.random.Generator,
         ess_threshold: float = 0.5, resampling: Resampling = "multinomial",
-        twist: Callable[[tuple[int, ...]], float] | None = None) -> SMCResult:
+        twist: Callable[[tuple[int, ...]], float] | None = None, drafter=None) -> SMCResult:
     """Run SMC; ``constraint`` is forked once per particle (it is not advanced itself).
+    ``drafter``: speculative decoding, each particle drafting and verifying on its own.
 
     Resampled particles all take the mean weight, which keeps ``log_ml`` unbiased.
     """
@@ -183,7 +189,7 @@ def smc(lm: LanguageModel, constraint: Constraint, prompt_ids: SequenceOf[int], 
     counter_start = constraint.counter.count
     population = [Sequence(list(prompt), constraint.fork(), log_weight=start)
                   for _ in range(num_particles)]
-    population = run(lm, population, sampler, max_new_tokens=max_new_tokens)
+    population = run(lm, population, sampler, max_new_tokens=max_new_tokens, drafter=drafter)
     final = np.array([p.log_weight if p.finish == "eos" else -np.inf for p in population])
     return SMCResult(population, final, log_mean_exp(final), sampler.steps, sampler.resample_steps,
                      sampler.ess, constraint.counter.count - counter_start, sampler.proposed)

@@ -1,0 +1,399 @@
+"""Speculative decoding on the one loop: drafters propose, samplers verify exactly.
+
+Each step of :func:`~gramgen.generation.loop.run`, a :class:`Speculator` proposes up to
+``num_draft_tokens`` tokens for every sequence that needs the model; one forward pass
+scores the context with its draft and returns the logits after every drafted position;
+the sampler then keeps a prefix of the draft and draws the token after it (each sampler's
+``verify``). The verification rules keep every sampler's output distribution exactly as
+it is without speculation (docs/speculative.md says why); the drafts only decide how many
+tokens one forward pass yields.
+
+Drafters, run in the order given, each extending what the previous ones proposed:
+
+* ``"forced"``: the text the grammar forces next (keys, punctuation), in the tokenizer's
+  canonical tokenisation (proposed, never committed: another tokenisation stays possible);
+* ``"prompt_lookup"``: the tokens that followed the latest earlier occurrence of the
+  context's last ``max_ngram`` (down to 1) tokens, in the prompt or the text so far
+  (extraction copies values from the document); when no token n-gram recurs, the text
+  after the latest earlier occurrence of the generated text's last characters (a value
+  copied into JSON starts after a quote, where the document's tokens had a space), in
+  the tokenizer's canonical tokenisation;
+* a :class:`~gramgen.generation.LanguageModel` with the same vocabulary (a smaller model):
+  it drafts token by token under the same constraint, the way the sampler would draw
+  (greedy argmax of its masked logits; sampling from its masked, warped distribution,
+  which verification then needs as ``q``; for AWRS, SMC and ASAp its most likely allowed
+  token among its top few).
+
+Every proposal is cut at the first token the constraint rejects (it could never be
+kept). With ``adaptive=True`` each sequence's draft length follows its acceptance: two
+more after a round that kept every draft, one fewer (down to 1) after one that did not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as SequenceOf
+from dataclasses import dataclass, field
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+
+from ..automata import bitmask
+from ..automata.token_table import token_table_for
+from ..errors import ConfigurationError
+from .constraint import fill_bitmask
+from .lm import LanguageModel
+from .loop import Draft, Sequence
+from .samplers.masked import warp
+
+__all__ = ["DRAFTERS", "Speculation", "Speculator"]
+
+#: the drafters named by a string
+DRAFTERS = ("prompt_lookup", "forced")
+#: prompt lookup tries this many earlier occurrences of the n-gram, most recent first
+_LOOKUP_CANDIDATES = 4
+#: a draft model's candidates checked per position by samplers without full masks
+_CHECKED_CANDIDATES = 8
+#: text lookup matches the last 12 down to 2 bytes of the generated text
+_TEXT_SUFFIX = (12, 2)
+#: bytes of text taken after a text match, per token wanted
+_BYTES_PER_TOKEN = 8
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding options for :func:`gramgen.generate` (``speculative=``).
+
+    ``draft``: ``"prompt_lookup"``, ``"forced"``, a draft model (a
+    :class:`gramgen.Model` with the target's vocabulary), or a sequence of these run in
+    order (e.g. ``("forced", "prompt_lookup")``). ``num_draft_tokens``: the most tokens
+    drafted per step (γ). ``max_ngram``: the longest n-gram prompt lookup matches.
+    ``adaptive``: adjust each sequence's draft length to its acceptance.
+    """
+
+    draft: Any = "prompt_lookup"
+    num_draft_tokens: int = 5
+    max_ngram: int = 3
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("num_draft_tokens", "max_ngram"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+                raise ConfigurationError(f"Speculation's {name} must be a positive int, not {value!r}")
+        if not isinstance(self.adaptive, bool):
+            raise ConfigurationError(f"Speculation's adaptive must be True or False, not {self.adaptive!r}")
+        parts = self.parts
+        if not parts:
+            raise ConfigurationError("Speculation's draft names no drafter: give 'prompt_lookup', "
+                                     "'forced', a draft model, or a sequence of them")
+        models = 0
+        for part in parts:
+            if isinstance(part, str):
+                if part not in DRAFTERS:
+                    raise ConfigurationError(f"unknown drafter {part!r}: choose from "
+                                             + ", ".join(repr(d) for d in DRAFTERS)
+                                             + " or give a draft model")
+            elif isinstance(part, LanguageModel):
+                models += 1
+            else:
+                raise ConfigurationError(f"a drafter is 'prompt_lookup', 'forced' or a gramgen model "
+                                         f"(gramgen.Model), not {type(part).__name__}")
+        if models > 1:
+            raise ConfigurationError("Speculation takes at most one draft model")
+        if len({p if isinstance(p, str) else id(p) for p in parts}) != len(parts):
+            raise ConfigurationError("Speculation's draft names a drafter twice")
+
+    @property
+    def parts(self) -> tuple:
+        """The drafters in the order they run."""
+        draft = self.draft
+        if isinstance(draft, (str, LanguageModel)) or not isinstance(draft, SequenceOf):
+            return (draft,)
+        return tuple(draft)
+
+    @property
+    def model(self) -> LanguageModel | None:
+        """The draft model, if one is among the drafters."""
+        return next((p for p in self.parts if not isinstance(p, str)), None)
+
+
+@dataclass(frozen=True)
+class DraftPolicy:
+    """How a draft model picks its tokens: ``"greedy"`` (argmax of its masked logits),
+    ``"sample"`` (from its masked logits warped like the sampler's: ``q`` is recorded for
+    verification) or ``"checked"`` (its most likely allowed token among its top few, for
+    samplers that never compute full masks)."""
+
+    kind: str = "greedy"
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    #: ``device -> torch.Generator | None``: the sampler's generator, so seeds reproduce
+    generator: Any = None
+
+
+@dataclass(eq=False)
+class _Drafting:
+    """One sequence's draft in the making: the constraint forked and advanced over it."""
+
+    seq: Sequence
+    room: int
+    constraint: Any
+    eos: frozenset
+    draft: Draft = field(default_factory=Draft)
+    ended: bool = False
+
+    @property
+    def left(self) -> int:
+        return 0 if self.ended else self.room - len(self.draft)
+
+    def context(self) -> list[int]:
+        return self.seq.prompt + self.seq.tokens + self.draft.tokens
+
+    def extend(self, tokens: list[int], probs=None) -> int:
+        """Add the tokens the constraint accepts, in order (at most ``left``); the first
+        rejected one ends the draft. Returns how many were added."""
+        tokens = tokens[:self.left]
+        matcher = getattr(self.constraint, "matcher", None)
+        if matcher is not None:
+            n = matcher.validate(tokens)
+        else:
+            fork, n = self.constraint.fork(), 0
+            for t in tokens:
+                if not fork.check(t):
+                    break
+                fork.advance(t)
+                n += 1
+        for j, t in enumerate(tokens[:n]):
+            self.constraint.advance(t)
+            self.draft.add(t, None if probs is None else probs[j])
+            if t in self.eos:   # nothing follows an end of sequence
+                self.ended = True
+        if n < len(tokens):
+            self.ended = True
+        return n
+
+
+class Speculator:
+    """The drafter of one generation call (see the module docstring); :meth:`close` ends
+    the draft model's session."""
+
+    def __init__(self, spec: Speculation, target: LanguageModel, policy: DraftPolicy | None = None):
+        if not isinstance(spec, Speculation):
+            raise ConfigurationError(f"speculative= takes a gramgen.Speculation, not {type(spec).__name__}")
+        model = spec.model
+        if model is not None:
+            if model is target:
+                raise ConfigurationError("the draft model is the target model itself: give a smaller "
+                                         "model sharing its tokenizer (or 'prompt_lookup' / 'forced')")
+            if model.vocab.fingerprint != target.vocab.fingerprint:
+                raise ConfigurationError(
+                    f"the draft model's vocabulary ({model.vocab.size} tokens) is not the target's "
+                    f"({target.vocab.size} tokens, same ids and bytes needed): speculative decoding "
+                    "needs a draft model with the same tokenizer")
+        self.spec = spec
+        self.target = target
+        self.policy = policy or DraftPolicy()
+        self.eos = frozenset(target.vocab.eos_token_ids)
+        self._gamma: dict[Sequence, int] = {}
+        self._seen: dict[Sequence, tuple[int, int]] = {}
+        self._prompt_bytes: dict[Sequence, tuple[int, bytes]] = {}
+        self._session = None
+        self._tokenizer = getattr(target, "tokenizer", None)
+        self._words = np.zeros((1, bitmask.n_words(target.vocab.size)), dtype=np.int32)
+
+    def close(self) -> None:
+        session, self._session = self._session, None
+        close = getattr(session, "close", None)
+        if close is not None:
+            close()
+
+    # -- one step --------------------------------------------------------------------------
+
+    def propose(self, seqs: list[Sequence], max_new_tokens: int) -> None:
+        items = []
+        for seq in seqs:
+            room = min(self._length(seq), max_new_tokens - len(seq.tokens) - 1)
+            if room < 1 or seq.constraint is None:
+                continue
+            items.append(_Drafting(seq, room, seq.constraint.fork(), self.eos))
+        for part in self.spec.parts:
+            active = [it for it in items if it.left > 0]
+            if not active:
+                break
+            if part == "prompt_lookup":
+                for it in active:
+                    self._lookup(it)
+            elif part == "forced":
+                for it in active:
+                    self._forced(it)
+            else:
+                self._model_draft(part, active)
+        for it in items:
+            if it.draft.tokens:
+                it.seq.draft = it.draft
+
+    def _length(self, seq: Sequence) -> int:
+        """This sequence's draft length: γ, adapted to what its last verification kept."""
+        gamma = self.spec.num_draft_tokens
+        if not self.spec.adaptive:
+            return gamma
+        current = self._gamma.get(seq, gamma)
+        before = self._seen.get(seq)
+        now = (seq.stats.drafted, seq.stats.accepted)
+        if before is not None and now[0] > before[0]:
+            drafted, kept = now[0] - before[0], now[1] - before[1]
+            current = min(gamma, current + 2) if kept == drafted else max(1, current - 1)
+        self._gamma[seq], self._seen[seq] = current, now
+        return current
+
+    # -- the drafters ----------------------------------------------------------------------
+
+    def _lookup(self, it: _Drafting) -> None:
+        """Prompt lookup: continue the latest earlier occurrence of the last n tokens
+        (n from ``max_ngram`` down to 1) whose continuation the constraint accepts longest."""
+        context = np.asarray(it.context(), dtype=np.int64)
+        size = context.shape[0]
+        for n in range(min(self.spec.max_ngram, size - 1), 0, -1):
+            pattern = context[size - n:]
+            starts = np.flatnonzero(context[:size - n] == pattern[0])
+            best: list[int] = []
+            tried = 0
+            for i in starts[::-1].tolist():
+                if not np.array_equal(context[i:i + n], pattern):
+                    continue
+                follow = context[i + n:i + n + it.left].tolist()
+                if not follow:
+                    continue
+                tried += 1
+                matcher = getattr(it.constraint, "matcher", None)
+                k = matcher.validate(follow) if matcher is not None else len(follow)
+                if k > len(best):
+                    best = follow[:k]
+                if k == len(follow) or tried >= _LOOKUP_CANDIDATES:
+                    break
+            if best:
+                it.extend(best)
+                return
+        self._text_lookup(it)
+
+    def _text_lookup(self, it: _Drafting) -> None:
+        """Prompt lookup on text: the longest suffix of the generated text (12 bytes down to
+        2) found earlier in the prompt or the text, and the text after it, tokenised."""
+        vocab = self.target.vocab
+        seq = it.seq
+        prompt = self._prompt_bytes.get(seq)
+        if prompt is None or prompt[0] != len(seq.prompt):
+            prompt = (len(seq.prompt), b"".join(vocab.token_bytes(t) for t in seq.prompt
+                                                 if t not in self.eos))
+            self._prompt_bytes[seq] = prompt
+        generated = b"".join(vocab.token_bytes(t) for t in seq.tokens + it.draft.tokens)
+        if len(generated) < _TEXT_SUFFIX[1]:
+            return
+        text = prompt[1] + generated
+        for size in range(min(_TEXT_SUFFIX[0], len(generated)), _TEXT_SUFFIX[1] - 1, -1):
+            at = text.rfind(generated[-size:], 0, len(text) - 1)
+            if at < 0:
+                continue
+            start = at + size
+            follow = text[start:start + _BYTES_PER_TOKEN * it.left]
+            if not follow:
+                continue
+            tokens = self._tokenize(follow)
+            if len(tokens) > 1:
+                tokens = tokens[:-1]   # the last may be a word cut short
+            if tokens:
+                it.extend(tokens)
+            return
+
+    def _tokenize(self, data: bytes) -> list[int]:
+        """``data`` tokenised canonically (the tokenizer's own, when it reproduces the
+        bytes), else longest token first; as far as whole tokens reach."""
+        found = self._canonical(data)
+        if found is not None:
+            return found
+        table = token_table_for(self.target.vocab)
+        out, pos = [], 0
+        while pos < len(data):
+            match = table.longest_prefix_token(data[pos:])
+            if match is None:
+                break
+            out.append(match[0])
+            pos += match[1]
+        return out
+
+    def _forced(self, it: _Drafting) -> None:
+        """The text the grammar forces next, in the tokenizer's canonical tokenisation when
+        it reproduces the bytes exactly (else the longest-token-first one)."""
+        matcher = getattr(it.constraint, "matcher", None)
+        if matcher is None:
+            return
+        data = matcher.forced_bytes(limit=256)
+        if not data:
+            return
+        tokens = self._canonical(data)
+        if tokens is None:
+            tokens = matcher.forced_tokens(limit=256)
+        if tokens:
+            it.extend(tokens)
+
+    def _canonical(self, data: bytes) -> list[int] | None:
+        tok = self._tokenizer
+        if tok is None:
+            return None
+        try:
+            text = data.decode("utf-8")
+            ids = [int(t) for t in tok.encode(text, add_special_tokens=False)]
+        except Exception:   # mid-character bytes, or a tokenizer that cannot say
+            return None
+        vocab = self.target.vocab
+        if not ids or any(not 0 <= t < vocab.size for t in ids):
+            return None
+        if b"".join(vocab.token_bytes(t) for t in ids) != data:
+            return None   # e.g. SentencePiece adds a word-start marker to a fragment
+        return ids
+
+    def _model_draft(self, model: LanguageModel, items: list[_Drafting]) -> None:
+        """Token by token with the draft model, every sequence in one batch per position."""
+        if self._session is None:
+            self._session = model.session()
+        session = self._session
+        while active := [it for it in items if it.left > 0]:
+            logits = session.logits([it.context() for it in active])[:, -1]
+            if getattr(session, "forwarded", True):
+                for it in active:
+                    it.seq.stats.draft_forward_passes += 1
+            for it, row in zip(active, logits):
+                token, q = self._pick(it, row)
+                if token is None:
+                    it.ended = True
+                else:
+                    it.extend([token], None if q is None else [q])
+
+    def _pick(self, it: _Drafting, row) -> tuple[int | None, Any]:
+        """The draft model's token at this position (None: stop drafting) and the
+        distribution it was drawn from (None: a point mass)."""
+        import torch
+
+        policy, vocab = self.policy, self.target.vocab
+        row = row[None, :vocab.size].float() if row.shape[-1] >= vocab.size else row[None].float()
+        if policy.kind == "checked":
+            top = torch.topk(row[0], min(_CHECKED_CANDIDATES, row.shape[-1])).indices.tolist()
+            for t in top:
+                if it.constraint.check(int(t)):
+                    return int(t), None
+            return None, None
+        fill_bitmask(it.constraint, self._words, 0)
+        host = np.zeros((1, bitmask.n_words(max(row.shape[-1], self._words.shape[1] * 32))), dtype=np.int32)
+        host[0, :self._words.shape[1]] = self._words[0]
+        scores = bitmask.apply_bitmask(row, torch.from_numpy(host).to(row.device))
+        if not torch.isfinite(scores).any():
+            return None, None
+        if policy.kind == "greedy":
+            return int(torch.argmax(scores[0])), None
+        scores = warp(scores, policy.temperature, policy.top_k, policy.top_p)
+        q = torch.softmax(scores[0], dim=-1)
+        generator = policy.generator(q.device) if policy.generator is not None else None
+        token = int(torch.multinomial(q, 1, generator=generator)[0])
+        return token, q
