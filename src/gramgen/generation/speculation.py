@@ -187,7 +187,7 @@ class Speculator:
             if model is target:
                 raise ConfigurationError("the draft model is the target model itself: give a smaller "
                                          "model sharing its tokenizer (or 'prompt_lookup' / 'forced')")
-            if model.vocab.fingerprint != target.vocab.fingerprint:
+            if model.vocab.size != target.vocab.size or model.vocab.tokens != target.vocab.tokens:
                 raise ConfigurationError(
                     f"the draft model's vocabulary ({model.vocab.size} tokens) is not the target's "
                     f"({target.vocab.size} tokens, same ids and bytes needed): speculative decoding "
