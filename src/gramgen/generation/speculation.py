@@ -26,7 +26,9 @@ Drafters, run in the order given, each extending what the previous ones proposed
 
 Every proposal is cut at the first token the constraint rejects (it could never be
 kept). With ``adaptive=True`` each sequence's draft length follows its acceptance: two
-more after a round that kept every draft, one fewer (down to 1) after one that did not.
+more after a round that kept every draft, one fewer (down to 1) after one that did not;
+when even a single drafted token is rejected, the sequence drafts nothing for 1, 2, 4, ...
+(at most 16) steps, so a drafter that rarely agrees with the target costs little.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ DRAFTERS = ("prompt_lookup", "forced")
 _LOOKUP_CANDIDATES = 4
 #: a draft model's candidates checked per position by samplers without full masks
 _CHECKED_CANDIDATES = 8
+#: adaptive drafting rests at most this many steps after a round that kept nothing
+_MAX_BACKOFF = 16
 #: text lookup matches the last 12 down to 2 bytes of the generated text
 _TEXT_SUFFIX = (12, 2)
 #: bytes of text taken after a text match, per token wanted
@@ -199,6 +203,7 @@ class Speculator:
         self._gamma: dict[Sequence, int] = {}
         self._seen: dict[Sequence, tuple[int, int]] = {}
         self._prompt_bytes: dict[Sequence, tuple[int, bytes]] = {}
+        self._pause: dict[Sequence, tuple[int, int]] = {}   # (steps left to skip, backoff)
         self._session = None
         self._tokenizer = getattr(target, "tokenizer", None)
         self._words = np.zeros((1, bitmask.n_words(target.vocab.size)), dtype=np.int32)
@@ -242,10 +247,20 @@ class Speculator:
         current = self._gamma.get(seq, gamma)
         before = self._seen.get(seq)
         now = (seq.stats.drafted, seq.stats.accepted)
+        pause, backoff = self._pause.get(seq, (0, 0))
         if before is not None and now[0] > before[0]:
             drafted, kept = now[0] - before[0], now[1] - before[1]
+            if kept == 0 and current == 1:   # nothing kept even at one token: rest a while
+                backoff = min(_MAX_BACKOFF, max(1, 2 * backoff))
+                pause = backoff
+            elif kept:
+                backoff = 0
             current = min(gamma, current + 2) if kept == drafted else max(1, current - 1)
         self._gamma[seq], self._seen[seq] = current, now
+        if pause:
+            self._pause[seq] = (pause - 1, backoff)
+            return 0
+        self._pause[seq] = (0, backoff)
         return current
 
     # -- the drafters ----------------------------------------------------------------------
