@@ -471,3 +471,24 @@ def test_validate_counts_the_accepted_prefix_and_changes_nothing():
         cg.matcher().validate([vocab.size])
     with pytest.raises(ConfigurationError, match="iterable"):
         cg.matcher().validate(5)
+
+
+def test_greedy_speculation_on_a_smollm2_batch(smol):
+    """A batch of three extraction prompts of different lengths (drafts of different lengths
+    share one forward pass): the same tokens as plain greedy, in fewer forward passes."""
+    lm, tok, _ = smol
+    docs = ["Ingrid Okafor was born in 1984 in Tromso.",
+            "Pavel Raman, born 1950, lives in the small town of Ghent.",
+            "The painter Lucia Dahl (1977) moved to Porto."]
+    prompts = []
+    for doc in docs:
+        ids = tok.apply_chat_template([{"role": "user", "content": f"Extract name, born and city as JSON.\n\n{doc}"}],
+                                      add_generation_prompt=True)
+        prompts.append(list(ids if isinstance(ids, list) else ids["input_ids"]))
+    plain = gramgen.generate(lm, prompts, schema=SCHEMA, max_new_tokens=40)
+    lm.memo.clear()
+    out = gramgen.generate(lm, prompts, schema=SCHEMA, max_new_tokens=40,
+                           speculative=Speculation(("forced", "prompt_lookup")))
+    assert [r.tokens for r in out] == [r.tokens for r in plain]
+    assert all(r.complete for r in out)
+    assert sum(r.stats.forward_passes for r in out) < sum(r.stats.forward_passes for r in plain)
