@@ -330,6 +330,24 @@ def test_strict_and_whitespace_options_reach_generate(workdir, fake_model):
     assert calls[-1]["strict"] is False and calls[-1]["whitespace"] == "standard"
 
 
+def test_speculative_options_reach_generate(workdir, fake_model, capsys):
+    calls, _ = fake_model
+    base = ["extract", "--schema", str(workdir / "schema.json"), str(workdir / "docs" / "00.txt")]
+    assert cli.main([*base, "-o", str(workdir / "a.jsonl")]) == 0
+    assert "speculative" not in calls[-1]
+    assert cli.main([*base, "-o", str(workdir / "b.jsonl"), "--speculative", "forced,prompt_lookup",
+                     "--draft-tokens", "7"]) == 0
+    spec = calls[-1]["speculative"]
+    assert spec.parts == ("forced", "prompt_lookup") and spec.num_draft_tokens == 7
+    for bad in (["--speculative", "ngram"], ["--speculative", "forced,forced"],
+                ["--speculative", "forced", "--draft-tokens", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main([*base, "-o", str(workdir / "c.jsonl"), *bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "--speculative" in err or "--draft-tokens must be" in err, err
+
+
 def test_check_with_the_standard_layout(workdir, capsys):
     """check writes each record the way the grammar lays JSON out (json.dumps' ", " and ": ")."""
     data = workdir / "data.jsonl"

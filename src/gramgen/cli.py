@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 from .automata.vocabulary import Vocabulary
 from .errors import GramgenError, SchemaError, TokenRejected
-from .generation import generate
+from .generation import Speculation, generate
+from .generation.speculation import DRAFTERS
 from .grammar import Grammar
 from .grammar.sources import read_schema
 from .hf import load_model
@@ -302,6 +303,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
     else:
         constraint = {"schema": schema, "strict": strict, **layout}
     options = dict(max_new_tokens=args.max_new_tokens, chat=not args.no_chat, **constraint)
+    if args.speculative:
+        options["speculative"] = Speculation(tuple(args.speculative), num_draft_tokens=args.draft_tokens)
     generate(model, [], **options)  # compile (or fail) once, before the first document
 
     writer = RecordWriter(out)
@@ -479,6 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--lenient-formats", action="store_true",
                     help="take unknown `format` values (int32, ...) as annotations instead of an error")
     ex.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    ex.add_argument("--speculative", type=_drafters, metavar="DRAFTERS",
+                    help="speculative decoding with these drafters, comma-separated, run in "
+                         "order: forced, prompt_lookup (the same outputs, fewer forward passes)")
+    ex.add_argument("--draft-tokens", type=int, default=5,
+                    help="the most tokens drafted per step with --speculative (default 5)")
     ex.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
     ex.set_defaults(run=cmd_extract)
 
@@ -500,6 +508,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _drafters(text: str) -> list[str]:
+    """``--speculative``'s value: drafter names, comma-separated, each known and once."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in DRAFTERS]
+    if not names or unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give drafters from {', '.join(DRAFTERS)}, comma-separated, each once")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
@@ -508,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "extract" and args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    if args.command == "extract" and args.draft_tokens < 1:
+        parser.error("--draft-tokens must be at least 1")
     if args.command == "check" and not (args.schema or args.grammar):
         parser.error("check needs --schema or --grammar")
     return _reporting(lambda: args.run(args))
