@@ -127,6 +127,17 @@ def enumerate_language(lm, cg, prompt: list[int], max_new_tokens: int = 64) -> E
 
 # -- statistics ------------------------------------------------------------------------------
 
+def pooled_posterior(results, exact: Exact) -> np.ndarray:
+    """SMC results pooled into one distribution over ``exact.words``: each run's weighted
+    particles, the run weighted by its estimate exp(log_ml) (consistent for Q)."""
+    idx = exact.index()
+    pooled = np.zeros(len(exact.words))
+    for res in results:
+        for w, p in res.posterior().items():
+            pooled[idx[w]] += p * math.exp(res.log_ml)
+    return pooled / pooled.sum()
+
+
 def word(result, vocab) -> tuple[int, ...]:
     """A generated output as the enumeration lists it: its tokens, then EOS (the first EOS
     id when the output ended because the grammar allowed nothing else)."""

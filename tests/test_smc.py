@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from synthetic import binary_setup, enumerate_language, smollm2, smollm2_yes_no
+from synthetic import binary_setup, enumerate_language, pooled_posterior, smollm2, smollm2_yes_no
 
 import gramgen
 from gramgen import ConfigurationError
@@ -60,14 +60,8 @@ def test_weighted_particles_approach_the_conditional():
     TV > 0.3 on this instance."""
     vocab, cg, lm = binary_setup(seed=0, scale=1.5)
     ex = enumerate_language(lm, cg, [0])
-    idx = ex.index()
-    pooled = np.zeros(len(ex.words))
-    for r in range(20):
-        res = smc(lm, MatcherConstraint(cg.matcher()), [0], num_particles=100,
-                  max_new_tokens=16, rng=np.random.default_rng(r))
-        for w, p in res.posterior().items():
-            pooled[idx[w]] += p * math.exp(res.log_ml)
-    pooled /= pooled.sum()
+    pooled = pooled_posterior([smc(lm, MatcherConstraint(cg.matcher()), [0], num_particles=100,
+                                   max_new_tokens=16, rng=np.random.default_rng(r)) for r in range(20)], ex)
     tv = 0.5 * np.abs(pooled - ex.q).sum()
     tv_gcd = 0.5 * np.abs(ex.gcd - ex.q).sum()
     assert tv < 0.1 < 0.3 < tv_gcd, (tv, tv_gcd)

@@ -18,8 +18,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from synthetic import (binary_setup, chi_square_pvalue, enum_setup, enumerate_language, expr_setup, small_vocab,
-                       smollm2, word)
+from synthetic import (binary_setup, chi_square_pvalue, enum_setup, enumerate_language, expr_setup,
+                       pooled_posterior, small_vocab, smollm2, word)
 
 import gramgen
 from gramgen import ConfigurationError, Speculation
@@ -228,13 +228,7 @@ def test_smc_with_drafts_keeps_z_unbiased_and_targets_q():
     se = z_hats.std(ddof=1) / math.sqrt(len(z_hats))
     assert abs(z_hats.mean() - z) < 4 * se, (z_hats.mean(), z, se)
     assert 0 < accepted < drafted
-    idx = ex.index()
-    pooled = np.zeros(len(ex.words))
-    for r in range(20):
-        res = run_smc(100, 1000 + r)
-        for w, p in res.posterior().items():
-            pooled[idx[w]] += p * math.exp(res.log_ml)
-    pooled /= pooled.sum()
+    pooled = pooled_posterior([run_smc(100, 1000 + r) for r in range(20)], ex)
     tv = 0.5 * np.abs(pooled - ex.q).sum()
     tv_gcd = 0.5 * np.abs(ex.gcd - ex.q).sum()
     assert tv < 0.1 < 0.3 < tv_gcd, (tv, tv_gcd)
