@@ -403,11 +403,7 @@ def speculation(config: str, draft_model, num_draft_tokens: int):
 def _cold(lm) -> None:
     """Forget the contexts a model scored before (its memo and parked KV rows), so the next
     call pays for every forward pass it needs, as a call on a new prompt would."""
-    memo = getattr(lm, "memo", None)
-    if memo is not None:
-        memo.clear()
-    if hasattr(lm, "_parked"):
-        lm._parked = None
+    lm.forget()
 
 
 def _text(model, tokens) -> str:

@@ -486,3 +486,17 @@ def test_greedy_speculation_on_a_smollm2_batch(smol):
     assert [r.tokens for r in out] == [r.tokens for r in plain]
     assert all(r.complete for r in out)
     assert sum(r.stats.forward_passes for r in out) < sum(r.stats.forward_passes for r in plain)
+
+
+def test_forget_drops_what_a_model_keeps_across_calls(smol):
+    """TransformersLM.forget(): the next call on the same prompt runs its forward passes
+    again (a benchmark's cold start), and its outputs are unchanged."""
+    lm, tok, draft = smol
+    prompt = [1, 2, 3, 4]
+    first = gramgen.generate(draft, prompt, regex="[ab]{3}", max_new_tokens=5)
+    again = gramgen.generate(draft, prompt, regex="[ab]{3}", max_new_tokens=5)
+    assert again.stats.forward_passes < first.stats.forward_passes   # the memo answered
+    draft.forget()
+    assert len(draft.memo) == 0 and draft._parked is None
+    cold = gramgen.generate(draft, prompt, regex="[ab]{3}", max_new_tokens=5)
+    assert cold.tokens == first.tokens and cold.stats.forward_passes == first.stats.forward_passes

@@ -230,6 +230,14 @@ class TransformersLM(_NextLogprobs):
             parked, self._parked = self._parked, None
         return KVSession(self, parked)
 
+    def forget(self) -> None:
+        """Drop what this model keeps across calls (the memo of scored contexts and the rows
+        a finished session left), so the next call pays for every forward pass it needs,
+        as a call on a new prompt would (e.g. to time it)."""
+        self.memo.clear()
+        with self._lock:
+            self._parked = None
+
     def _park(self, state: tuple) -> None:
         with self._lock:
             self._parked = state

@@ -25,14 +25,20 @@ Drafters, run in the order given, each extending what the previous ones proposed
   token among its top few).
 
 Every proposal is cut at the first token the constraint rejects (it could never be
-kept). With ``adaptive=True`` each sequence's draft length follows its acceptance: two
-more after a round that kept every draft, one fewer (down to 1) after one that did not;
-when even a single drafted token is rejected, the sequence drafts nothing for 1, 2, 4, ...
-(at most 16) steps, so a drafter that rarely agrees with the target costs little.
+kept). With ``adaptive=True`` each drafter drafts, per sequence and step, the number of
+tokens that maximises the expected tokens per second: from its acceptance rate so far
+(per sequence, starting from the call's), the measured cost of a step of the target model
+as a function of the positions it verifies, and a draft model's cost per forward pass
+(:class:`StepCosts`). A drafter that does not pay (a draft model that rarely agrees, long
+drafts where each verified position costs much, as on a CPU) drafts nothing, and tries one
+token after 8 steps, then 16, 32, up to 64, to learn whether that changed. Acceptance
+starts from 0.9 for forced text (the grammar's own; only its tokenisation may differ) and
+0.5 for the others.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from numbers import Integral
@@ -56,8 +62,19 @@ DRAFTERS = ("prompt_lookup", "forced")
 _LOOKUP_CANDIDATES = 4
 #: a draft model's candidates checked per position by samplers without full masks
 _CHECKED_CANDIDATES = 8
-#: adaptive drafting rests at most this many steps after a round that kept nothing
-_MAX_BACKOFF = 16
+#: a drafter that does not pay tries one token after 8 steps, then 16, 32, 64 ..., to
+#: re-measure it
+_PROBE_EVERY = 8
+_PROBE_MAX = 64
+#: the acceptance each drafter starts from: forced text is the grammar's own (only its
+#: tokenisation may differ), lookup and a draft model are guesses
+_PRIOR_ACCEPTANCE = {"forced": 0.9, "prompt_lookup": 0.5, "model": 0.5}
+#: weight of the past in the running estimates (acceptance, step costs)
+_DECAY = 0.9
+#: until measured: the cost of one more verified position, and of a draft-model forward,
+#: relative to a step of the target model
+_PRIOR_POSITION_COST = 0.1
+_PRIOR_DRAFT_COST = 0.3
 #: text lookup matches the last 12 down to 2 bytes of the generated text
 _TEXT_SUFFIX = (12, 2)
 #: bytes of text taken after a text match, per token wanted
@@ -147,10 +164,16 @@ class _Drafting:
     eos: frozenset
     draft: Draft = field(default_factory=Draft)
     ended: bool = False
+    #: which drafter proposed each drafted token
+    sources: list[str] = field(default_factory=list)
+    source: str = ""
+
+    #: the most tokens the draft may hold after the current drafter
+    limit: int = 1 << 30
 
     @property
     def left(self) -> int:
-        return 0 if self.ended else self.room - len(self.draft)
+        return 0 if self.ended else min(self.room, self.limit) - len(self.draft)
 
     def context(self) -> list[int]:
         return self.seq.prompt + self.seq.tokens + self.draft.tokens
@@ -172,11 +195,88 @@ class _Drafting:
         for j, t in enumerate(tokens[:n]):
             self.constraint.advance(t)
             self.draft.add(t, None if probs is None else probs[j])
+            self.sources.append(self.source)
             if t in self.eos:   # nothing follows an end of sequence
                 self.ended = True
         if n < len(tokens):
             self.ended = True
         return n
+
+
+class _Acceptance:
+    """Running (decayed) counts of the draft tokens verification kept and tried."""
+
+    __slots__ = ("kept", "tried")
+
+    def __init__(self, kept: float = 1.0, tried: float = 2.0):
+        self.kept, self.tried = kept, tried
+
+    def add(self, kept: int, tried: int) -> None:
+        self.kept = _DECAY * self.kept + kept
+        self.tried = _DECAY * self.tried + tried
+
+    @property
+    def rate(self) -> float:
+        """The chance that one more drafted token is kept (below 1)."""
+        return min(self.kept / self.tried, 0.99) if self.tried > 0 else 0.5
+
+
+class StepCosts:
+    """What speculation costs, measured as it runs: the seconds of a step of the target
+    model as ``a + b · (positions - 1)`` (a decayed least-squares fit over the steps seen;
+    a step is forward pass, verification and masks), and the seconds of one forward pass
+    of a draft model."""
+
+    def __init__(self) -> None:
+        self._sums = np.zeros(5)   # decayed Σw, Σx, Σy, Σx², Σxy
+        self.draft_seconds: float | None = None
+
+    def observe(self, seconds: float, extra_positions: int) -> None:
+        x = float(extra_positions)
+        self._sums = _DECAY * self._sums + np.array([1.0, x, seconds, x * x, x * seconds])
+
+    def observe_draft(self, seconds: float) -> None:
+        d = self.draft_seconds
+        self.draft_seconds = seconds if d is None else _DECAY * d + (1 - _DECAY) * seconds
+
+    def step(self) -> tuple[float, float] | None:
+        """(a, b) in seconds, or None before any step was seen."""
+        w, x, y, xx, xy = self._sums
+        if w <= 0:
+            return None
+        spread = w * xx - x * x
+        if spread > 1e-9 * w * w:
+            b = max(0.0, (w * xy - x * y) / spread)
+            a = (y - b * x) / w
+            if a > 0:
+                return a, b
+        mean_x, mean_y = x / w, y / w   # one draft length only: the prior splits the time
+        a = mean_y / (1 + _PRIOR_POSITION_COST * mean_x)
+        return a, _PRIOR_POSITION_COST * a
+
+    def relative(self, model: bool) -> float:
+        """The cost of one more drafted token relative to a target step: its verified
+        position, plus a draft-model forward when ``model``."""
+        fit = self.step()
+        if fit is None:
+            return _PRIOR_POSITION_COST + (_PRIOR_DRAFT_COST if model else 0.0)
+        a, b = fit
+        cost = min(b / a, 2.0)
+        if model:
+            cost += _PRIOR_DRAFT_COST if self.draft_seconds is None else self.draft_seconds / a
+        return cost
+
+
+def best_length(rate: float, cost: float, most: int) -> int:
+    """The draft length (0 to ``most``) with the most expected tokens per unit of time: a
+    step emits ``(1 - rate^(g+1)) / (1 - rate)`` tokens on average for ``g`` drafted tokens
+    kept independently with chance ``rate``, and costs ``1 + g · cost`` steps."""
+    best, value = 0, 1.0
+    for g in range(1, most + 1):
+        v = (1 - rate ** (g + 1)) / (1 - rate) / (1 + g * cost)
+        if v > value:
+            best, value = g, v
+    return best
 
 
 class Speculator:
@@ -200,10 +300,17 @@ class Speculator:
         self.target = target
         self.policy = policy or DraftPolicy()
         self.eos = frozenset(target.vocab.eos_token_ids)
-        self._gamma: dict[Sequence, int] = {}
-        self._seen: dict[Sequence, tuple[int, int]] = {}
+        self.costs = StepCosts()
+        #: acceptance per drafter, over the call and per sequence
+        self._rates: dict[str, _Acceptance] = {}
+        self._seq_rates: dict[tuple[Sequence, str], _Acceptance] = {}
+        #: per sequence: (drafted and kept counts seen, sources of its last draft)
+        self._last: dict[Sequence, tuple[int, int, list[str]]] = {}
+        self._idle: dict[tuple[Sequence, str], tuple[int, int]] = {}   # (steps idle, steps to wait)
+        self._step_end: float | None = None
+        self._step_positions = 0
+        self._steps_seen = 0
         self._prompt_bytes: dict[Sequence, tuple[int, bytes]] = {}
-        self._pause: dict[Sequence, tuple[int, int]] = {}   # (steps left to skip, backoff)
         self._session = None
         self._tokenizer = getattr(target, "tokenizer", None)
         self._words = np.zeros((1, bitmask.n_words(target.vocab.size)), dtype=np.int32)
@@ -217,51 +324,84 @@ class Speculator:
     # -- one step --------------------------------------------------------------------------
 
     def propose(self, seqs: list[Sequence], max_new_tokens: int) -> None:
+        start = time.perf_counter()
+        if self._step_end is not None:
+            self._steps_seen += 1
+            if self._steps_seen > 1:   # the first step after drafting holds the prefill
+                self.costs.observe(start - self._step_end, self._step_positions)
         items = []
         for seq in seqs:
-            room = min(self._length(seq), max_new_tokens - len(seq.tokens) - 1)
-            if room < 1 or seq.constraint is None:
-                continue
-            items.append(_Drafting(seq, room, seq.constraint.fork(), self.eos))
+            self._learn(seq)
+            room = max_new_tokens - len(seq.tokens) - 1
+            if room >= 1 and seq.constraint is not None:
+                items.append(_Drafting(seq, room, seq.constraint.fork(), self.eos))
         for part in self.spec.parts:
-            active = [it for it in items if it.left > 0]
+            source = part if isinstance(part, str) else "model"
+            active = []
+            for it in items:
+                cap = self._length(it.seq, source)
+                if cap and not it.ended:   # γ bounds the whole draft, whichever drafters fill it
+                    it.source, it.limit = source, min(len(it.draft) + cap, self.spec.num_draft_tokens)
+                    active.append(it)
             if not active:
-                break
-            if part == "prompt_lookup":
+                continue
+            if source == "prompt_lookup":
                 for it in active:
                     self._lookup(it)
-            elif part == "forced":
+            elif source == "forced":
                 for it in active:
                     self._forced(it)
             else:
                 self._model_draft(part, active)
+        longest = 0
         for it in items:
+            self._last[it.seq] = (it.seq.stats.drafted, it.seq.stats.accepted, it.sources)
             if it.draft.tokens:
                 it.seq.draft = it.draft
+                longest = max(longest, len(it.draft))
+        self._step_positions = longest
+        self._step_end = time.perf_counter()
 
-    def _length(self, seq: Sequence) -> int:
-        """This sequence's draft length: γ, adapted to what its last verification kept."""
+    def _learn(self, seq: Sequence) -> None:
+        """Count what the last verification of ``seq`` kept, per drafter: the first
+        ``kept`` drafted tokens were kept, the next one was tried and refused."""
+        last = self._last.pop(seq, None)
+        if last is None or seq.stats.drafted <= last[0]:
+            return
+        kept = seq.stats.accepted - last[1]
+        for i, source in enumerate(last[2]):
+            if i > kept:
+                break
+            hit = int(i < kept)
+            self._rate(seq, source).add(hit, 1)
+            self._rates[source].add(hit, 1)
+
+    def _rate(self, seq: Sequence, source: str) -> _Acceptance:
+        found = self._seq_rates.get((seq, source))
+        if found is None:
+            prior = _PRIOR_ACCEPTANCE.get(source, 0.5)
+            call = self._rates.setdefault(source, _Acceptance(2 * prior, 2.0))
+            found = self._seq_rates[(seq, source)] = _Acceptance(2 * call.rate, 2.0)
+        return found
+
+    def _length(self, seq: Sequence, source: str) -> int:
+        """How many tokens ``source`` may draft for ``seq`` this step (see the module
+        docstring); γ when not adaptive."""
         gamma = self.spec.num_draft_tokens
         if not self.spec.adaptive:
             return gamma
-        current = self._gamma.get(seq, gamma)
-        before = self._seen.get(seq)
-        now = (seq.stats.drafted, seq.stats.accepted)
-        pause, backoff = self._pause.get(seq, (0, 0))
-        if before is not None and now[0] > before[0]:
-            drafted, kept = now[0] - before[0], now[1] - before[1]
-            if kept == 0 and current == 1:   # nothing kept even at one token: rest a while
-                backoff = min(_MAX_BACKOFF, max(1, 2 * backoff))
-                pause = backoff
-            elif kept:
-                backoff = 0
-            current = min(gamma, current + 2) if kept == drafted else max(1, current - 1)
-        self._gamma[seq], self._seen[seq] = current, now
-        if pause:
-            self._pause[seq] = (pause - 1, backoff)
+        rate = self._rate(seq, source).rate
+        length = best_length(rate, self.costs.relative(source == "model"), gamma)
+        if length:
+            self._idle.pop((seq, source), None)
+            return length
+        idle, wait = self._idle.get((seq, source), (0, _PROBE_EVERY))
+        idle += 1
+        if idle < wait:
+            self._idle[(seq, source)] = (idle, wait)
             return 0
-        self._pause[seq] = (0, backoff)
-        return current
+        self._idle[(seq, source)] = (0, min(2 * wait, _PROBE_MAX))   # probe; the next waits longer
+        return 1
 
     # -- the drafters ----------------------------------------------------------------------
 
@@ -375,7 +515,9 @@ class Speculator:
             self._session = model.session()
         session = self._session
         while active := [it for it in items if it.left > 0]:
+            start = time.perf_counter()
             logits = session.logits([it.context() for it in active])[:, -1]
+            self.costs.observe_draft(time.perf_counter() - start)
             if getattr(session, "forwarded", True):
                 for it in active:
                     it.seq.stats.draft_forward_passes += 1
