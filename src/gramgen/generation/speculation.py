@@ -26,14 +26,15 @@ Drafters, run in the order given, each extending what the previous ones proposed
 
 Every proposal is cut at the first token the constraint rejects (it could never be
 kept). With ``adaptive=True`` each drafter drafts, per sequence and step, the number of
-tokens that maximises the expected tokens per second: from its acceptance rate so far
-(per sequence, starting from the call's), the measured cost of a step of the target model
-as a function of the positions it verifies, and a draft model's cost per forward pass
-(:class:`StepCosts`). A drafter that does not pay (a draft model that rarely agrees, long
-drafts where each verified position costs much, as on a CPU) drafts nothing, and tries one
-token after 8 steps, then 16, 32, up to 64, to learn whether that changed. Acceptance
-starts from 0.9 for forced text (the grammar's own; only its tokenisation may differ) and
-0.5 for the others.
+tokens that maximises the expected tokens per second: from its acceptance so far (per
+sequence, starting from the call's; per place in its run of tokens, since a copied name is
+right to its end or wrong from its start), the measured cost of a step of the target
+model as a function of the positions it verifies, and a draft model's cost per forward
+pass (:class:`StepCosts`). A drafter that does not pay (a draft model that rarely agrees,
+long drafts where each verified position costs much, as on a CPU) drafts nothing, and
+tries one token after 8 steps, then 16, 32, up to 64, to learn whether that changed.
+Acceptance starts from 0.9 for the first token of forced text (the grammar's own; only
+its tokenisation may differ) and 0.5 for the others.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ _PROBE_EVERY = 8
 _PROBE_MAX = 64
 #: the acceptance each drafter starts from: forced text is the grammar's own (only its
 #: tokenisation may differ), lookup and a draft model are guesses
-_PRIOR_ACCEPTANCE = {"forced": 0.9, "prompt_lookup": 0.5, "model": 0.5}
+#: (first token of a run, each later one given those before)
+_PRIOR_ACCEPTANCE = {"forced": (0.9, 0.95), "prompt_lookup": (0.5, 0.8), "model": (0.5, 0.6)}
 #: weight of the past in the running estimates (acceptance, step costs)
 _DECAY = 0.9
 #: until measured: the cost of one more verified position, and of a draft-model forward,
@@ -164,9 +166,10 @@ class _Drafting:
     eos: frozenset
     draft: Draft = field(default_factory=Draft)
     ended: bool = False
-    #: which drafter proposed each drafted token
-    sources: list[str] = field(default_factory=list)
+    #: which drafter proposed each drafted token, and its place in that drafter's run
+    sources: list[tuple[str, int]] = field(default_factory=list)
     source: str = ""
+    run: int = 0
 
     #: the most tokens the draft may hold after the current drafter
     limit: int = 1 << 30
@@ -195,7 +198,8 @@ class _Drafting:
         for j, t in enumerate(tokens[:n]):
             self.constraint.advance(t)
             self.draft.add(t, None if probs is None else probs[j])
-            self.sources.append(self.source)
+            self.sources.append((self.source, self.run))
+            self.run += 1
             if t in self.eos:   # nothing follows an end of sequence
                 self.ended = True
         if n < len(tokens):
@@ -204,21 +208,31 @@ class _Drafting:
 
 
 class _Acceptance:
-    """Running (decayed) counts of the draft tokens verification kept and tried."""
+    """Running (decayed) counts, per position in a drafter's run of tokens, of the drafted
+    tokens verification reached and kept. Positions are told apart because whether a token
+    is kept depends on the ones before it: a copied name is right to its end or wrong from
+    its start."""
 
     __slots__ = ("kept", "tried")
 
-    def __init__(self, kept: float = 1.0, tried: float = 2.0):
-        self.kept, self.tried = kept, tried
+    def __init__(self, rates) -> None:
+        self.kept = 2.0 * np.asarray(rates, dtype=np.float64)   # a prior worth two drafts
+        self.tried = np.full(self.kept.shape[0], 2.0)
 
-    def add(self, kept: int, tried: int) -> None:
-        self.kept = _DECAY * self.kept + kept
-        self.tried = _DECAY * self.tried + tried
+    def add(self, index: int, hit: bool) -> None:
+        if index < self.kept.shape[0]:
+            self.kept[index] = _DECAY * self.kept[index] + hit
+            self.tried[index] = _DECAY * self.tried[index] + 1
 
     @property
-    def rate(self) -> float:
-        """The chance that one more drafted token is kept (below 1)."""
-        return min(self.kept / self.tried, 0.99) if self.tried > 0 else 0.5
+    def rates(self) -> np.ndarray:
+        """The chance that the i-th token of a run is kept when the ones before it were."""
+        return np.minimum(self.kept / self.tried, 0.99)
+
+    def expected(self, length: int) -> float:
+        """Tokens a step emits on average when ``length`` tokens are drafted: the kept run
+        and the one drawn after it."""
+        return 1.0 + float(np.cumprod(self.rates[:length]).sum())
 
 
 class StepCosts:
@@ -267,13 +281,13 @@ class StepCosts:
         return cost
 
 
-def best_length(rate: float, cost: float, most: int) -> int:
+def best_length(acceptance: _Acceptance, cost: float, most: int) -> int:
     """The draft length (0 to ``most``) with the most expected tokens per unit of time: a
-    step emits ``(1 - rate^(g+1)) / (1 - rate)`` tokens on average for ``g`` drafted tokens
-    kept independently with chance ``rate``, and costs ``1 + g · cost`` steps."""
+    step with ``g`` drafted tokens emits ``acceptance.expected(g)`` tokens and costs
+    ``1 + g · cost`` steps without drafts."""
     best, value = 0, 1.0
     for g in range(1, most + 1):
-        v = (1 - rate ** (g + 1)) / (1 - rate) / (1 + g * cost)
+        v = acceptance.expected(g) / (1 + g * cost)
         if v > value:
             best, value = g, v
     return best
@@ -304,8 +318,8 @@ class Speculator:
         #: acceptance per drafter, over the call and per sequence
         self._rates: dict[str, _Acceptance] = {}
         self._seq_rates: dict[tuple[Sequence, str], _Acceptance] = {}
-        #: per sequence: (drafted and kept counts seen, sources of its last draft)
-        self._last: dict[Sequence, tuple[int, int, list[str]]] = {}
+        #: per sequence: (drafted and kept counts seen, (drafter, place) of each token of its last draft)
+        self._last: dict[Sequence, tuple[int, int, list[tuple[str, int]]]] = {}
         self._idle: dict[tuple[Sequence, str], tuple[int, int]] = {}   # (steps idle, steps to wait)
         self._step_end: float | None = None
         self._step_positions = 0
@@ -341,7 +355,8 @@ class Speculator:
             for it in items:
                 cap = self._length(it.seq, source)
                 if cap and not it.ended:   # γ bounds the whole draft, whichever drafters fill it
-                    it.source, it.limit = source, min(len(it.draft) + cap, self.spec.num_draft_tokens)
+                    it.source, it.run = source, 0
+                    it.limit = min(len(it.draft) + cap, self.spec.num_draft_tokens)
                     active.append(it)
             if not active:
                 continue
@@ -369,19 +384,19 @@ class Speculator:
         if last is None or seq.stats.drafted <= last[0]:
             return
         kept = seq.stats.accepted - last[1]
-        for i, source in enumerate(last[2]):
+        for i, (source, index) in enumerate(last[2]):
             if i > kept:
                 break
-            hit = int(i < kept)
-            self._rate(seq, source).add(hit, 1)
-            self._rates[source].add(hit, 1)
+            self._rate(seq, source).add(index, i < kept)
+            self._rates[source].add(index, i < kept)
 
     def _rate(self, seq: Sequence, source: str) -> _Acceptance:
         found = self._seq_rates.get((seq, source))
         if found is None:
-            prior = _PRIOR_ACCEPTANCE.get(source, 0.5)
-            call = self._rates.setdefault(source, _Acceptance(2 * prior, 2.0))
-            found = self._seq_rates[(seq, source)] = _Acceptance(2 * call.rate, 2.0)
+            first, later = _PRIOR_ACCEPTANCE.get(source, (0.5, 0.5))
+            prior = [first] + [later] * (self.spec.num_draft_tokens - 1)
+            call = self._rates.setdefault(source, _Acceptance(prior))
+            found = self._seq_rates[(seq, source)] = _Acceptance(call.rates)
         return found
 
     def _length(self, seq: Sequence, source: str) -> int:
@@ -390,8 +405,7 @@ class Speculator:
         gamma = self.spec.num_draft_tokens
         if not self.spec.adaptive:
             return gamma
-        rate = self._rate(seq, source).rate
-        length = best_length(rate, self.costs.relative(source == "model"), gamma)
+        length = best_length(self._rate(seq, source), self.costs.relative(source == "model"), gamma)
         if length:
             self._idle.pop((seq, source), None)
             return length
