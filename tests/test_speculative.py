@@ -500,3 +500,57 @@ def test_forget_drops_what_a_model_keeps_across_calls(smol):
     assert len(draft.memo) == 0 and draft._parked is None
     cold = gramgen.generate(draft, prompt, regex="[ab]{3}", max_new_tokens=5)
     assert cold.tokens == first.tokens and cold.stats.forward_passes == first.stats.forward_passes
+
+
+# -- adaptive draft lengths ------------------------------------------------------------------
+
+def test_best_length_weighs_acceptance_against_cost():
+    from gramgen.generation.speculation import StepCosts, _Acceptance, best_length
+
+    sure, never = _Acceptance([0.98] * 5), _Acceptance([0.01] * 5)
+    assert best_length(sure, 0.1, 5) == 5
+    assert best_length(never, 0.1, 5) == 0
+    assert best_length(sure, 0.0, 3) == 3
+    # a run that is right to its end once its first token is right: worth drafting long
+    copy = _Acceptance([0.4, 0.95, 0.95, 0.95, 0.95])
+    assert best_length(copy, 0.15, 5) == 5
+    assert best_length(_Acceptance([0.4, 0.1, 0.1, 0.1, 0.1]), 0.15, 5) == 1
+    assert copy.expected(0) == 1.0 and abs(copy.expected(1) - 1.4) < 1e-12
+    costs = StepCosts()
+    for extra in [0, 1, 2, 3, 4, 0, 2, 4] * 3:
+        costs.observe(0.1 + 0.02 * extra, extra)
+    a, b = costs.step()
+    assert abs(a - 0.1) < 1e-9 and abs(b - 0.02) < 1e-9
+    assert abs(costs.relative(False) - 0.2) < 1e-9
+    costs.observe_draft(0.05)
+    assert abs(costs.relative(True) - 0.7) < 1e-9
+
+
+def test_a_draft_model_that_never_agrees_stops_drafting():
+    """A draft model as slow as the target whose proposals are never kept: adaptive
+    drafting soon drafts nothing (probing rarely), where fixed γ drafts at every step; the
+    outputs are the same."""
+    import time as clock
+
+    vocab, cg, lm = binary_setup(seed=0)
+    slow = SyntheticLM(vocab, lambda ctx: (clock.sleep(0.002), _never_right(vocab, lm, ctx))[1])
+    slow_target = SyntheticLM(vocab, lambda ctx: (clock.sleep(0.002), lm._fn(ctx))[1])
+    prompts = [[0, 1]] * 20
+    fixed = gramgen.generate(slow_target, prompts, regex="[01]{40}", max_new_tokens=45,
+                             speculative=Speculation(slow, 3, adaptive=False))
+    adaptive = gramgen.generate(slow_target, prompts, regex="[01]{40}", max_new_tokens=45,
+                                speculative=Speculation(slow, 3))
+    assert [r.tokens for r in fixed] == [r.tokens for r in adaptive]
+    assert sum(r.stats.accepted for r in fixed) == 0
+    fixed_drafts = sum(r.stats.draft_forward_passes for r in fixed)
+    adaptive_drafts = sum(r.stats.draft_forward_passes for r in adaptive)
+    assert adaptive_drafts * 4 < fixed_drafts, (adaptive_drafts, fixed_drafts)
+
+
+def _never_right(vocab, lm, context):
+    """Logits that put the draft's mass on the allowed digit the target likes least."""
+    row = np.asarray(lm._fn(context), dtype=np.float64)
+    out = np.full(vocab.size, -10.0)
+    zero, one = vocab.tokens.index(b"0"), vocab.tokens.index(b"1")
+    out[one if row[zero] > row[one] else zero] = 10.0
+    return out
