@@ -33,7 +33,7 @@ from .result import FinishReason, GenerationStats
 __all__ = ["Choice", "Draft", "Drafter", "Sequence", "Sampler", "run"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)   # not frozen: one is made per sequence and step, and frozen inits cost
 class Choice:
     """A sampler's pick for one sequence: the drafted tokens it ``accepted`` (speculative
     decoding; none otherwise), then the token (None: no allowed token has any probability,
@@ -154,10 +154,9 @@ def _run(lm, population, sampler, max_new_tokens, session, eos, t0, drafter) -> 
     step = 0
     while live := [s for s in population if s.finish is None]:
         logits = None
-        needing = [s for s in live if s.needs_logits]
-        if needing:
+        if any(s.needs_logits for s in live):
             if drafter is not None:
-                _propose(drafter, needing, max_new_tokens)
+                _propose(drafter, [s for s in live if s.needs_logits], max_new_tokens)
             logits = _score(session, live)
         choices = sampler.choose(live, logits)
         for seq, choice in zip(live, choices):
@@ -222,16 +221,20 @@ def _score(session, live: list[Sequence]):
     for their distinct contexts; with drafts, ``[len(live), d + 1, width]`` for the
     longest draft ``d`` (each context scored with its draft appended)."""
     index: dict[tuple[int, ...], int] = {}
-    drafts = [s.draft.tokens if s.draft is not None else () for s in live]
-    last = 1 + max(map(len, drafts))
-    if last > 1 and min(len(s.prompt) + len(s.tokens) for s in live) < last:
-        for s in live:   # a context too short for the others' positions: no drafts this step
-            s.draft = None
-        drafts, last = [()] * len(live), 1
-    rows = [index.setdefault(tuple(s.context()) + tuple(d), len(index)) for s, d in zip(live, drafts)]
-    logits = session.logits(list(index), last)
+    last = 1
+    if any(s.draft is not None for s in live):
+        last = 1 + max(len(s.draft) for s in live if s.draft is not None)
+        if min(len(s.prompt) + len(s.tokens) for s in live) < last:
+            for s in live:   # a context too short for the others' positions: no drafts this step
+                s.draft = None
+            last = 1
     if last == 1:
-        logits = logits[:, -1]
+        rows = [index.setdefault(tuple(s.context()), len(index)) for s in live]
+        logits = session.logits(list(index))[:, -1]
+    else:
+        rows = [index.setdefault(tuple(s.context()) + tuple(s.draft.tokens if s.draft is not None else ()),
+                                 len(index)) for s in live]
+        logits = session.logits(list(index), last)
     if session.forwarded:
         for seq in live:
             seq.stats.forward_passes += 1
