@@ -49,11 +49,11 @@ import numpy as np
 
 from ..automata import bitmask
 from ..automata.token_table import token_table_for
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, TokenRejected
 from .constraint import fill_bitmask
 from .lm import LanguageModel
 from .loop import Draft, Sequence
-from .samplers.masked import warp
+from .samplers.masked import mask_row, warp
 
 __all__ = ["DRAFTERS", "Speculation", "Speculator"]
 
@@ -185,26 +185,34 @@ class _Drafting:
         """Add the tokens the constraint accepts, in order (at most ``left``); the first
         rejected one ends the draft. Returns how many were added."""
         tokens = tokens[:self.left]
-        matcher = getattr(self.constraint, "matcher", None)
-        if matcher is not None:
-            n = matcher.validate(tokens)
-        else:
-            fork, n = self.constraint.fork(), 0
-            for t in tokens:
-                if not fork.check(t):
-                    break
-                fork.advance(t)
-                n += 1
-        for j, t in enumerate(tokens[:n]):
-            self.constraint.advance(t)
-            self.draft.add(t, None if probs is None else probs[j])
+        n = 0
+        for t in tokens:
+            if not self._take(t):
+                break
+            self.draft.add(t, None if probs is None else probs[n])
             self.sources.append((self.source, self.run))
             self.run += 1
+            n += 1
             if t in self.eos:   # nothing follows an end of sequence
                 self.ended = True
+                break
         if n < len(tokens):
             self.ended = True
         return n
+
+    def _take(self, token: int) -> bool:
+        """Advance the draft's constraint by ``token`` if it allows it (one walk for a
+        matcher, whose ``advance`` refuses; ``check`` first for other constraints)."""
+        if getattr(self.constraint, "matcher", None) is not None:
+            try:
+                self.constraint.advance(token)
+            except TokenRejected:
+                return False
+            return True
+        if not self.constraint.check(token):
+            return False
+        self.constraint.advance(token)
+        return True
 
 
 class _Acceptance:
@@ -556,9 +564,7 @@ class Speculator:
                     return int(t), None
             return None, None
         fill_bitmask(it.constraint, self._words, 0)
-        host = np.zeros((1, bitmask.n_words(max(row.shape[-1], self._words.shape[1] * 32))), dtype=np.int32)
-        host[0, :self._words.shape[1]] = self._words[0]
-        scores = bitmask.apply_bitmask(row, torch.from_numpy(host).to(row.device))
+        scores = mask_row(row, self._words[0])
         if not torch.isfinite(scores).any():
             return None, None
         if policy.kind == "greedy":

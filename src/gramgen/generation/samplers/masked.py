@@ -29,7 +29,7 @@ from ...errors import ConfigurationError
 from ..constraint import fill_bitmask
 from ..loop import Choice, Draft, Sequence
 
-__all__ = ["Constrained", "MaskedSampler", "check_sampling_arguments", "single_allowed", "warp"]
+__all__ = ["Constrained", "MaskedSampler", "check_sampling_arguments", "mask_row", "single_allowed", "warp"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,16 @@ def warp(scores, temperature: float, top_k: int | None, top_p: float | None):
         before = torch.cumsum(probs, dim=-1) - probs   # mass strictly above each token
         scores = scores.scatter(-1, order, ordered.masked_fill(before >= top_p, float("-inf")))
     return scores
+
+
+def mask_row(logits, words: np.ndarray):
+    """``logits`` ``[1, width]`` with ``-inf`` outside the packed mask row ``words`` (a
+    width wider than the mask's is masked out too)."""
+    import torch
+
+    host = np.zeros((1, bitmask.n_words(max(logits.shape[-1], words.shape[0] * 32))), dtype=np.int32)
+    host[0, :words.shape[0]] = words
+    return bitmask.apply_bitmask(logits, torch.from_numpy(host).to(logits.device))
 
 
 def _aligned(q, p):
@@ -216,14 +226,7 @@ class MaskedSampler:
     def _masked(self, logits, words):
         """``logits`` ``[1, width]`` with the tokens outside ``words`` (a packed row, or None
         without a constraint) at ``-inf``."""
-        import torch
-
-        if words is None:
-            return logits
-        width = logits.shape[-1]
-        host = np.zeros((1, bitmask.n_words(max(width, self.n_words * 32))), dtype=np.int32)
-        host[0, :self.n_words] = words
-        return bitmask.apply_bitmask(logits, torch.from_numpy(host).to(logits.device))
+        return logits if words is None else mask_row(logits, words)
 
     def generator(self, device):
         """The torch generator of this sampler's draws (seeded once), or None."""
