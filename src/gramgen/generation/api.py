@@ -11,7 +11,7 @@ import json
 import threading
 import weakref
 from collections.abc import Sequence as SequenceOf
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any, Literal
 
@@ -23,6 +23,8 @@ from ..errors import ConfigurationError
 from ..grammar import Grammar
 from ..grammar.json_schema.compiler import DEFAULT_WHITESPACE
 from ..grammar.sources import read_schema
+from ..monitors.base import Monitor, check_monitors
+from ..monitors.constraint import Unconstrained, monitored, prompt_document
 from ..runtime import CompiledGrammar, compile as compile_grammar
 from .constraint import Constraint, MatcherConstraint, require_masks
 from .lm import LanguageModel, context_length
@@ -52,6 +54,24 @@ class Target:
         if self.compiled is not None:
             return MatcherConstraint(self.compiled.matcher())
         return self.constraint.fork()
+
+
+@dataclass(frozen=True)
+class _Monitored(Target):
+    """A target whose every sequence's constraint is conjoined with ``monitors=``; the
+    i-th state made belongs to the i-th prompt (every sampler makes one per prompt, in
+    order) and starts from that prompt's document."""
+
+    monitors: tuple[Monitor, ...] = ()
+    vocab: Vocabulary | None = None
+    documents: tuple[str, ...] = ()
+    made: list = field(default_factory=list, compare=False, hash=False)
+
+    def new_state(self) -> Constraint:
+        document = self.documents[len(self.made)] if len(self.made) < len(self.documents) else ""
+        state = monitored(super().new_state(), self.monitors, self.vocab, document)
+        self.made.append(state)
+        return state
 
 
 _compiled_by_text: LRU[tuple, CompiledGrammar] = LRU(64)
@@ -133,7 +153,7 @@ def target_for(vocab: Vocabulary, *, schema: Any = None, grammar: Grammar | Comp
 def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[int] | SequenceOf[SequenceOf[int]], *,
              schema: Any = None, grammar: Grammar | CompiledGrammar | None = None,
              lark: str | None = None, gbnf: str | None = None, regex: str | None = None,
-             constraint: Constraint | None = None,
+             constraint: Constraint | None = None, monitors: SequenceOf[Monitor] | None = None,
              sampler: str | SamplerOptions | ASAp = "constrained", num_particles: int | None = None,
              speculative: Speculation | None = None, max_new_tokens: int = 512, temperature: float = 0.0,
              top_p: float | None = None, top_k: int | None = None, seed: int | None = None,
@@ -168,6 +188,14 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     ``speculative``: a :class:`~gramgen.Speculation` (drafts verified so that every
     sampler's output distribution is exactly the one without it; greedy outputs are the
     same tokens); ``result.stats`` counts ``forward_passes``, ``drafted`` and ``accepted``.
+    ``monitors``: static analysis in the loop (e.g. ``[gramgen.monitors.JediMonitor()]``):
+    at each trigger (``obj.``) the next tokens must continue into a name the analyser
+    knows; ANDed with the constraint given, or the only constraint when none is (every
+    token then allowed, EOS anywhere). A monitor reads the document from the prompt when it
+    is a string with ``chat=False`` or token ids (a chat message gives it none).
+    ``result.stats`` counts ``monitor_triggers``, ``monitor_queries``,
+    ``monitor_query_seconds``, ``monitor_failures`` and ``monitor_fallbacks``; every
+    sampler but ``"asap"`` takes monitors.
     Every bad argument raises :class:`~gramgen.ConfigurationError` before any work.
     """
     options = sampler_options(sampler, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -183,6 +211,14 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     if not isinstance(model, LanguageModel):
         raise ConfigurationError(f"model must be a gramgen.Model (see gramgen.load_model) or another "
                                  f"gramgen LanguageModel, not {type(model).__name__}")
+    monitors = check_monitors(monitors)
+    if monitors and isinstance(options, ASApSampling):
+        raise ConfigurationError("sampler 'asap' cannot take monitors=: it learns one trie of masks "
+                                 "shared by every sample of a prompt, and a monitor's masks depend "
+                                 "on static analysis of each sample's text (use 'constrained', "
+                                 "'awrs' or 'smc')")
+    if monitors and all(v is None for v in (schema, grammar, lark, gbnf, regex, constraint)):
+        constraint = Unconstrained(model.vocab)
     speculator = None if speculative is None else Speculator(speculative, model)
     single, prompts = _prompt_ids(model, prompt, chat)
     _check_room(model, prompts, max_new_tokens)
@@ -196,8 +232,17 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
             require_masks(target.constraint)
     if not prompts:
         return []
+    if monitors:
+        given = [prompt] if single else list(prompt)
+        target = _Monitored(target.compiled, target.constraint, target.is_json, target.model,
+                            monitors=monitors, vocab=model.vocab,
+                            documents=tuple(prompt_document(p, ids, model.vocab, chat)
+                                            for p, ids in zip(given, prompts)))
     try:
         results = _generate_ids(model, prompts, target, options, max_new_tokens, seed, speculator)
+        if monitors:
+            for res, state in zip(results, target.made):
+                state.stats.report(res.stats)
     finally:
         if speculator is not None:
             speculator.close()

@@ -43,6 +43,16 @@ class GenerationStats:
     seconds: float = 0.0
     #: tokens this output emitted (EOS not counted), set when the call ends
     new_tokens: int = 0
+    #: monitors (``generate(..., monitors=...)``): triggers reached (at the end of the
+    #: document and in the generated text), static-analysis queries made (a trigger met
+    #: again is answered from a cache) and their seconds, queries that failed or timed out
+    #: (nothing was restricted there), and states where the monitors and the constraint
+    #: together allowed no token, so the monitors were set aside
+    monitor_triggers: int = 0
+    monitor_queries: int = 0
+    monitor_query_seconds: float = 0.0
+    monitor_failures: int = 0
+    monitor_fallbacks: int = 0
 
     @property
     def tokens_per_second(self) -> float:
