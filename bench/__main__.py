@@ -696,7 +696,7 @@ def _parse_args(argv):
                     help="seconds per text before the walk stops and the text counts as "
                     "truncated (default 2 quick, 60 full); the worker is killed 20/120 s later")
     ap.add_argument("--json-grammar", default=str(BUILTIN_GRAMMARS / "json.lark"))
-    ap.add_argument("--python-grammar", default=str(BUILTIN_GRAMMARS / "python.lark"))
+    ap.add_argument("--python-grammar", default=str(BUILTIN_GRAMMARS / "python_subset.lark"))
     ap.add_argument("--python-texts", default=str(REPO / "tests" / "data" / "python"))
     ap.add_argument("--llg-json", choices=["auto", "lark", "builtin"], default="auto",
                     help="llguidance's JSON grammar: the same Lark file as gramgen, its builtin "

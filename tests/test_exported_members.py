@@ -28,6 +28,10 @@ EXTRA_EXPORTS = {
     "ConfigurationError": "errors.py: the GramgenError that is also a ValueError, for bad arguments",
     "CompileOptions": "the typed options of compile() (style.md: options documented once)",
     "testing": "gramgen.testing: self-checks for users' grammars and constraints (style.md)",
+    "Document": "the matcher state after a text being edited (code completion continues a "
+                "half-written file, issue 22: advance only over what changed)",
+    "TextRejected": "the error for a document start no word of the grammar continues "
+                    "(generate(prefix=...), Document.update), with its line and column",
 }
 
 #: mentioned in sections 1-6 but introduced by section 7 as not built yet: section 4 writes

@@ -19,7 +19,7 @@ from textgen import WordSampler
 GRAMMARS = {
     "json": lambda: gramgen.Grammar.builtin("json"),
     "sql": lambda: gramgen.Grammar.builtin("sql"),
-    "python": lambda: gramgen.Grammar.builtin("python"),
+    "python": lambda: gramgen.Grammar.builtin("python_subset"),
     "overlapping": lambda: gramgen.Grammar.from_lark(
         'start: (NAME | KW | NUM)+\nNAME: /[a-z]+/\nKW: "if" | "iff"\nNUM: /[0-9]*/\n%ignore " "'),
 }

@@ -69,7 +69,7 @@ def test_sample_sets_present():
     assert len(SQL_FILES) >= 15
 
 
-@pytest.mark.parametrize("name", ["json", "python", "sql"])
+@pytest.mark.parametrize("name", ["json", "python_subset", "sql"])
 def test_grammar_loads_with_start_rule(name):
     p = parser(name)
     assert "start" in {r.origin.name for r in p.rules}
@@ -182,7 +182,7 @@ def test_json_invalid_rejected(text):
 def test_python_sample_parses(path):
     text = read(path)
     python_parse(text)  # the sample really is Python
-    parser("python").parse(text)
+    parser("python_subset").parse(text)
 
 
 PYTHON_VALID = [
@@ -240,7 +240,7 @@ PYTHON_VALID = [
 @pytest.mark.parametrize("text", PYTHON_VALID)
 def test_python_snippet_accepted(text):
     python_parse(text)
-    assert accepts("python", text)
+    assert accepts("python_subset", text)
 
 
 PYTHON_INVALID = [
@@ -291,7 +291,7 @@ PYTHON_INVALID = [
 def test_python_invalid_rejected(text):
     with pytest.raises(SyntaxError):
         python_parse(text)
-    assert not accepts("python", text)
+    assert not accepts("python_subset", text)
 
 
 # Valid Python that python.lark deliberately leaves out (see its header).
@@ -311,7 +311,7 @@ PYTHON_OUTSIDE_SUBSET = [
 @pytest.mark.parametrize("text", PYTHON_OUTSIDE_SUBSET)
 def test_python_outside_subset_rejected(text):
     python_parse(text)
-    assert not accepts("python", text)
+    assert not accepts("python_subset", text)
 
 
 # ----------------------------------------------------------------------- SQL

@@ -230,10 +230,10 @@ def test_missing_grammar_files_and_folders_are_configuration_errors(tmp_path):
 # ------------------------------------------------------------------ shipped grammars
 
 def test_builtin_names():
-    assert builtin_grammars() == ("json", "python", "sql")
+    assert builtin_grammars() == ("json", "python", "python_subset", "sql")
 
 
-@pytest.mark.parametrize("name", ["json", "python", "sql"])
+@pytest.mark.parametrize("name", ["json", "python", "python_subset", "sql"])
 def test_each_builtin_loads(name):
     g = gramgen.Grammar.builtin(name)
     assert isinstance(g, gramgen.Grammar) and g.ir.rules and g.ir.lexemes
@@ -249,11 +249,15 @@ def test_builtin_json_is_json():
 
 
 def test_builtins_are_package_data():
-    """The grammars lie inside the package (installed with it), not beside the repository."""
+    """The grammars lie inside the package (installed with it), not beside the repository;
+    ``python`` is lark's own python.lark, from the installed lark package."""
+    import lark
+
     folder = Path(gramgen.__file__).parent / "grammars"
-    assert sorted(p.stem for p in folder.glob("*.lark")) == list(builtin_grammars())
+    assert sorted([*(p.stem for p in folder.glob("*.lark")), "python"]) == list(builtin_grammars())
+    assert (Path(lark.__file__).parent / "grammars" / "python.lark").is_file()
 
 
 def test_unknown_builtin_lists_the_names():
-    with pytest.raises(ConfigurationError, match="no builtin grammar 'yaml'.*json, python, sql"):
+    with pytest.raises(ConfigurationError, match="no builtin grammar 'yaml'.*json, python, python_subset, sql"):
         gramgen.Grammar.builtin("yaml")

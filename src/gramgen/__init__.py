@@ -9,17 +9,18 @@ plugs it into transformers' own ``generate``.
 from .automata.bitmask import allocate_token_bitmask
 from .automata.vocabulary import Vocabulary
 from .errors import (CompileLimitError, ConfigurationError, GramgenError, GrammarError, SchemaError,
-                     TokenizerError, TokenRejected, UnknownKeywordWarning)
+                     TextRejected, TokenizerError, TokenRejected, UnknownKeywordWarning)
 from .generation import ASAp, GenerationResult, GenerationStats, Speculation, generate
 from .grammar import Grammar
 from .hf import LogitsProcessor, Model, load_model
-from .runtime import CompiledGrammar, CompileOptions, Matcher, compile
+from .runtime import CompiledGrammar, CompileOptions, Document, Matcher, compile
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ASAp", "CompileLimitError", "CompileOptions", "CompiledGrammar", "ConfigurationError",
+    "ASAp", "CompileLimitError", "CompileOptions", "CompiledGrammar", "ConfigurationError", "Document",
     "GenerationResult", "GenerationStats", "GramgenError", "Grammar", "GrammarError",
-    "LogitsProcessor", "Matcher", "Model", "SchemaError", "Speculation", "TokenRejected", "TokenizerError",
+    "LogitsProcessor", "Matcher", "Model", "SchemaError", "Speculation", "TextRejected", "TokenRejected",
+    "TokenizerError",
     "UnknownKeywordWarning", "Vocabulary", "__version__", "allocate_token_bitmask", "compile", "generate", "load_model",
 ]

@@ -67,6 +67,24 @@ class TokenRejected(GramgenError):
         super().__init__(f"{msg}: {detail}" if detail else msg)
 
 
+class TextRejected(GramgenError, ValueError):
+    """A text given as the start of the output (the code before the cursor) is not a
+    prefix of any word of the grammar. ``offset`` (bytes), ``line`` and ``column`` (1-based,
+    characters) locate the first byte after which no word can continue."""
+
+    def __init__(self, offset: int, line: int, column: int, detail: str = ""):
+        self.offset, self.line, self.column = offset, line, column
+        msg = f"the text leaves the grammar's language at line {line}, column {column}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+def text_location(data: bytes, offset: int) -> tuple[int, int]:
+    """1-based (line, column in characters) of byte ``offset`` of UTF-8 ``data``."""
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    column = len(data[line_start:offset].decode("utf-8", errors="replace")) + 1
+    return data.count(b"\n", 0, offset) + 1, column
+
+
 class CompileLimitError(GramgenError):
     """Compiling exceeded a configured budget (automaton size, time).
 

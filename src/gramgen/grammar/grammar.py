@@ -13,7 +13,7 @@ from .ir import GrammarIR, Rule
 from .json_schema.compiler import DEFAULT_WHITESPACE, json_schema_to_ir
 from .lark import lark_to_ir
 from .regex import parse_ecma_regex, parse_regex
-from .sources import SchemaLike, builtin_grammar_text, grammar_format, read_grammar_file, read_schema
+from .sources import SchemaLike, builtin_grammar_start, builtin_grammar_text, grammar_format, read_grammar_file, read_schema
 
 
 class Grammar:
@@ -177,7 +177,10 @@ class Grammar:
     @classmethod
     def builtin(cls, name: str) -> Grammar:
         """A grammar shipped with gramgen, by name (:func:`gramgen.grammar.builtin_grammars`):
-        ``json`` (RFC 8259), ``python`` (a large Python 3 subset), ``sql`` (SELECT queries).
+        ``json`` (RFC 8259), ``python`` (lark's ``python.lark``: real Python files, any
+        indentation, see :mod:`gramgen.runtime.indenter`), ``python_subset`` (context-free,
+        4-space indentation up to 6 levels), ``sql`` (SELECT queries).
 
         Raises :class:`~gramgen.errors.ConfigurationError` listing the names for another."""
-        return cls.from_lark(builtin_grammar_text(name), source=f"<builtin {name}.lark>")
+        return cls.from_lark(builtin_grammar_text(name), builtin_grammar_start(name),
+                             source=f"<builtin {name}.lark>")

@@ -17,8 +17,14 @@ superset (e.g. ``start: A A`` with ``A: /a+/`` accepts ``aa``, which lark's ``dy
 lexer rejects); and zero-width terminals, which lark's Earley refuses, are allowed (their
 empty match moves into the rules, see :func:`~gramgen.grammar.simplify.split_nullable_lexemes`).
 
-Terminals ``%declare``-d without a pattern are produced by a postlexer (python.lark's
-``_INDENT``/``_DEDENT``); there is no postlexer here, so they raise :class:`GrammarError`.
+Terminals ``%declare``-d without a pattern are produced by a postlexer. The one postlexer
+supported is lark's ``PythonIndenter``: when a grammar declares ``_INDENT`` and ``_DEDENT``
+(its newline terminal, ``_NEWLINE`` in lark's python.lark, must take the spaces and tabs
+that follow a line end, as lark's does), the two become *marker* lexemes (one byte that UTF-8 text never
+holds, :data:`INDENT_MARKER` / :data:`DEDENT_MARKER`, then optional spaces and tabs) that
+the matcher inserts itself where the indenter would emit them (see
+:mod:`gramgen.runtime.indenter`); ``ir.meta["indenter"]`` says so. Any other declared-only
+terminal raises :class:`GrammarError`.
 """
 
 from __future__ import annotations
@@ -28,11 +34,26 @@ import re
 from collections.abc import Sequence
 
 from ..errors import GramgenError, GrammarError
-from .ir import GrammarIR, Regex, Rule, literal
+from .ir import ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule, Seq, literal
 from .regex import parse_regex
 from .simplify import split_nullable_lexemes
 
-__all__ = ["lark_to_ir"]
+__all__ = ["BRACKET_NEWLINE", "DEDENT_MARKER", "INDENT_MARKER", "INDENTER_TERMINALS", "lark_to_ir"]
+
+#: the bytes the matcher inserts for an indent / a dedent, and feeds instead of a line end
+#: inside brackets (ignored there, as the indenter drops those newlines); none is UTF-8
+INDENT_MARKER, DEDENT_MARKER, BRACKET_NEWLINE = 0xFE, 0xFF, 0xFD
+#: the name of the ignored lexeme that matches BRACKET_NEWLINE
+_BRACKET_NEWLINE_LEXEME = "%bracket_newline"
+#: the terminal names of lark's PythonIndenter: (newline, indent, dedent); the matcher finds
+#: line ends itself, so only the last two are looked for
+INDENTER_TERMINALS = ("_NEWLINE", "_INDENT", "_DEDENT")
+
+
+def _marker(byte: int) -> Regex:
+    """A marker lexeme: its byte, then optional spaces and tabs (the indentation of the
+    line, when the matcher checks a token that starts with it; see runtime/indenter.py)."""
+    return Seq((ByteRanges(((byte, byte),)), Repeat(CharRanges(((9, 9), (32, 32))), 0, None)))
 
 _LINE_COL = re.compile(r"line (\d+),? col(?:umn)? (\d+)")
 _QUOTED = re.compile(r"'([^'\s]+)'")
@@ -82,13 +103,20 @@ def _to_ir(text: str, start: str, source: str, terminals, rules, ignore) -> Gram
     if start not in rule_names:
         raise GrammarError(f"start rule {start!r} is not defined", 1, 1, source)
 
-    # postlexer-only terminals first: they are the real obstacle for e.g. python.lark
+    # postlexer-only terminals first: only lark's PythonIndenter's are supported
     defined = {str(t.name) for t in terminals}
-    for name in [*(str(s.name) for r in rules for s in r.expansion if s.is_term), *map(str, ignore)]:
-        if name not in defined:
+    _newline, indent, dedent = INDENTER_TERMINALS
+    used = [*(str(s.name) for r in rules for s in r.expansion if s.is_term), *map(str, ignore)]
+    indenter = indent in used and dedent in used and not {indent, dedent} & defined
+    lexemes: dict[str, Regex] = {}
+    if indenter:
+        lexemes[indent], lexemes[dedent] = _marker(INDENT_MARKER), _marker(DEDENT_MARKER)
+        lexemes[_BRACKET_NEWLINE_LEXEME] = ByteRanges(((BRACKET_NEWLINE, BRACKET_NEWLINE),))
+        ignore = [*ignore, _BRACKET_NEWLINE_LEXEME]
+    for name in used:
+        if name not in defined and name not in lexemes:
             raise _declared_only(name, text, source)
 
-    lexemes: dict[str, Regex] = {}
     rename: dict[str, str] = {}
     for t in terminals:
         name = str(t.name)  # lark's names may be Token (a str subclass): keep plain str
@@ -103,7 +131,7 @@ def _to_ir(text: str, start: str, source: str, terminals, rules, ignore) -> Gram
         out.append(Rule(str(r.origin.name), body))
     return GrammarIR(rules=out, lexemes=lexemes, start=start,
                      ignore=tuple(rename.get(n, n) for n in dict.fromkeys(map(str, ignore))),
-                     source=source, meta={"format": "lark"})
+                     source=source, meta={"format": "lark", **({"indenter": "python"} if indenter else {})})
 
 
 # lark's common.lark spells ESCAPED_STRING with a lookbehind, to stop its lazy regex at the
@@ -112,6 +140,19 @@ def _to_ir(text: str, start: str, source: str, terminals, rules, ignore) -> Gram
 # it instead of rejecting the most imported terminal of all.
 _KNOWN_LOOKAROUND_PATTERNS = {
     r'".*?(?<!\\)(\\\\)*?"': r'"(?:[^"\\\n]|\\[^\n])*"',
+    # python.lark's strings: a quote, then up to the first closing quote(s) not escaped by a
+    # backslash (lark's lazy match). One over-approximation: `(?!"")` after the opening
+    # quote looks past the lexeme (`""` followed by `"`), which a lexeme DFA cannot see; ``""``
+    # is allowed there (under any split, `"""` read as `""` `"` only makes adjacent strings)
+    r'''([ubf]?r?|r[ubf])("(?!"").*?(?<!\\)(\\\\)*?"|'(?!'').*?(?<!\\)(\\\\)*?')''':
+        r'''([ubf]?r?|r[ubf])("(?:[^"\\\n]|\\[^\n])*"|'(?:[^'\\\n]|\\[^\n])*')''',
+    r'''([ubf]?r?|r[ubf])(""".*?(?<!\\)(\\\\)*?"""|'''
+    r"""'''.*?(?<!\\)(\\\\)*?''')""":
+        r'''([ubf]?r?|r[ubf])("""(?:[^"\\]|\\[\s\S]|"[^"\\]|"\\[\s\S]|""[^"\\]|""\\[\s\S])*"""|'''
+        r"""'''(?:[^'\\]|\\[\s\S]|'[^'\\]|'\\[\s\S]|''[^'\\]|''\\[\s\S])*''')""",
+    # python.lark's DEC_NUMBER: `0` may not be followed by a digit 1-9; no rule puts a
+    # lexeme that starts with a digit right after a number, so the lookahead changes nothing
+    r'(?:0(?:(?:_)?0)*(?![1-9])|[1-9](?:(?:_)?[0-9])*)': r'(?:0(?:(?:_)?0)*|[1-9](?:(?:_)?[0-9])*)',
 }
 
 

@@ -213,13 +213,20 @@ def _builtin_dir():
     return resources.files("gramgen").joinpath("grammars")
 
 
+#: builtin grammars that come from lark's own package: name -> (file in lark/grammars, start)
+_FROM_LARK = {"python": ("python.lark", "file_input")}
+
+
 def builtin_grammars() -> tuple[str, ...]:
     """The names of the grammars shipped with gramgen, for :meth:`Grammar.builtin`
-    (``json``: RFC 8259 JSON; ``python``: a large Python 3 subset; ``sql``: SELECT queries)."""
+    (``json``: RFC 8259 JSON; ``python``: lark's own ``python.lark``, Python 3 with
+    indentation as lark's ``PythonIndenter`` reads it; ``python_subset``: a context-free
+    Python 3 subset with 4-space indentation; ``sql``: SELECT queries)."""
     folder = _builtin_dir()
-    if not folder.is_dir():
-        return ()
-    return tuple(sorted(p.name[:-len(".lark")] for p in folder.iterdir() if p.name.endswith(".lark")))
+    names = set(_FROM_LARK)
+    if folder.is_dir():
+        names.update(p.name[:-len(".lark")] for p in folder.iterdir() if p.name.endswith(".lark"))
+    return tuple(sorted(names))
 
 
 def builtin_grammar_text(name: str) -> str:
@@ -228,4 +235,11 @@ def builtin_grammar_text(name: str) -> str:
     known = builtin_grammars()
     if name not in known:
         raise ConfigurationError(f"no builtin grammar {name!r}: the builtin grammars are {', '.join(known)}")
+    if name in _FROM_LARK:
+        return resources.files("lark").joinpath("grammars", _FROM_LARK[name][0]).read_text(encoding="utf-8")
     return _builtin_dir().joinpath(f"{name}.lark").read_text(encoding="utf-8")
+
+
+def builtin_grammar_start(name: str) -> str:
+    """The start rule of the shipped grammar ``name``."""
+    return _FROM_LARK[name][1] if name in _FROM_LARK else "start"

@@ -2,6 +2,8 @@
 
 from .compile import CompileOptions, compile
 from .compiled import CompiledGrammar
+from .document import Document
+from .indenter import IndentedMatcher
 from .matcher import Matcher
 
-__all__ = ["CompileOptions", "CompiledGrammar", "Matcher", "compile"]
+__all__ = ["CompileOptions", "CompiledGrammar", "Document", "IndentedMatcher", "Matcher", "compile"]

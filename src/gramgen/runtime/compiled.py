@@ -20,6 +20,8 @@ from ..automata.token_table import TokenTable, token_table_for
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError, GrammarError
 from ..grammar.grammar import Grammar
+from .document import Document
+from .indenter import IndentedMatcher
 from .matcher import Matcher
 
 
@@ -111,6 +113,7 @@ class CompiledGrammar:
         self.pass_cache: dict = {}
         self._intern = Interner()
         self._lock = threading.Lock()
+        self._documents: list = []   # most recently used last (see matcher_after)
         self._initial = self.tables.initial_set()
         self._initial.sig = self.tables.signature([self._initial], 0, self._intern)
         precompute = options.precompute
@@ -120,8 +123,32 @@ class CompiledGrammar:
             self.precompute()
 
     def matcher(self) -> Matcher:
-        """A fresh :class:`~gramgen.Matcher` at the start of the language."""
+        """A fresh :class:`~gramgen.Matcher` at the start of the language (an
+        :class:`~gramgen.runtime.indenter.IndentedMatcher` for a grammar with lark's Python
+        indenter)."""
+        if self.grammar.ir.meta.get("indenter"):
+            return IndentedMatcher(self)
         return Matcher(self)
+
+    #: documents kept for :meth:`matcher_after`
+    DOCUMENTS = 8
+
+    def matcher_after(self, text: str | bytes) -> Matcher:
+        """A fresh matcher advanced over ``text`` (the start of the document the output
+        continues, e.g. the code before the cursor); :class:`~gramgen.TextRejected` where
+        no word of the language starts with it. The last :attr:`DOCUMENTS` texts are kept
+        as :class:`~gramgen.Document` s: a text that shares a start with one of them (the
+        same file after an edit) is advanced only from the last line start they share."""
+        with self._lock:
+            docs = self._documents
+            best = max(docs, key=lambda d: d.common_prefix(text), default=None)
+            if best is None or best.common_prefix(text) == 0 and len(docs) < self.DOCUMENTS:
+                best = Document(self)
+            else:
+                docs.remove(best)
+            docs.append(best)
+            del docs[:-self.DOCUMENTS]
+        return best.update(text)
 
     # -- caches shared by matchers ---------------------------------------------------------
 

@@ -12,7 +12,7 @@ import numpy.ma  # noqa: F401 - np.unique imports it on first use (~20 ms): pay 
 from ..automata import bitmask
 from ..automata.earley import HorizonReads, LocalSignatures, tracked_view
 from ..automata.lexeme_tokens import jump_plan as plan_jumps, pass_split, run_suffixes
-from ..errors import ConfigurationError, TokenRejected
+from ..errors import ConfigurationError, TextRejected, TokenRejected, text_location
 
 #: horizons (in origin links) tried for the context-independent part of a mask
 _HORIZONS = (2, 3, 4, 5, 6, 8, 12)
@@ -24,6 +24,34 @@ _FEW = 16
 _NEIGHBOR_EXITS = 64
 #: a token with this many bytes left to walk inside lexemes jumps to its next completion
 _LONG_REST = 8
+
+
+def _text_bytes(text) -> bytes:
+    """``text`` (str or bytes) as bytes; ConfigurationError for anything else."""
+    if isinstance(text, str):
+        return text.encode("utf-8", errors="surrogatepass")
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text)
+    raise ConfigurationError(f"the text must be a str or bytes, not {type(text).__name__}")
+
+
+def _line_ends(data: bytes):
+    """The offsets just after each line end of ``data``, then ``len(data)``."""
+    start = 0
+    while True:
+        end = data.find(b"\n", start)
+        if end < 0:
+            break
+        yield end + 1
+        start = end + 1
+    if start < len(data) or not data:
+        yield len(data)
+
+
+def text_rejected(data: bytes, offset: int) -> TextRejected:
+    line, column = text_location(data, offset)
+    shown = data[offset:offset + 12].decode("utf-8", errors="replace")
+    return TextRejected(offset, line, column, f"no word of the language continues it with {shown!r}")
 
 
 def _successor(prefix: bytes) -> bytes | None:
@@ -232,6 +260,74 @@ class Matcher:
                 s.sig = tables.signature(chart, len(chart) - 1, intern)
         self._bounds.append(n)
         self._tokens.append(token_id)
+
+    def advance_text(self, text: str | bytes) -> None:
+        """Advance over text that is not token ids: the start of the document the output
+        continues (the code before the cursor). Only before any token (it becomes part of
+        the start state: :meth:`rollback` never undoes it). :class:`~gramgen.TextRejected`
+        locates the first byte after which no word of the language can continue (the
+        state is then unchanged). To follow a text as it is edited, advancing only over
+        what changed, use :class:`~gramgen.runtime.Document`."""
+        data = _text_bytes(text)
+        if self._tokens:
+            raise ConfigurationError("advance_text() must come before any token is advanced")
+        failed = self._advance_bytes(data)
+        if failed is not None:
+            raise text_rejected(data, failed)
+
+    def _advance_bytes(self, data: bytes, marks: list | None = None, offset: int = 0) -> int | None:
+        """Step the chart over ``data`` (None) or leave it unchanged and return the offset
+        of the first byte that leaves the language. ``marks``: receives ``(offset + end of
+        each line, chart length, layout)`` for :class:`~gramgen.runtime.Document`."""
+        n = len(self._chart)
+        start = 0
+        for end in _line_ends(data):
+            if not self._feed(data[start:end]):
+                failed = start + self._first_failure(data[start:end])   # from the line's start
+                del self._chart[n:]
+                return failed
+            start = end
+            if marks is not None:
+                marks.append((offset + end, len(self._chart), self._layout_state()))
+        return None
+
+    def _first_failure(self, data: bytes) -> int:
+        """The offset of the byte of ``data`` at which stepping from here fails."""
+        n = len(self._chart)
+        try:
+            for i in range(len(data)):
+                if not self._feed(data[i:i + 1], sign=False):
+                    return i
+            return len(data)
+        finally:
+            del self._chart[n:]
+
+    def _feed(self, data: bytes, sign: bool = True) -> bool:
+        """Step the chart over ``data``; False (chart unchanged) when it leaves the
+        language. ``sign``: give the new sets the signatures masks read (not needed for
+        sets dropped again at once)."""
+        chart = self._chart
+        n = len(chart)
+        tables = self._tables
+        step, intern = tables.step, self._cg.intern()
+        last = len(data) - 1
+        for i, b in enumerate(data):
+            s = step(chart, b)
+            if s is None:
+                del chart[n:]
+                return False
+            chart.append(s)
+            if sign and (s.items or i == last):   # (as advance: masks read them)
+                s.sig = tables.signature(chart, len(chart) - 1, intern)
+        return True
+
+    def _layout_state(self):
+        """What besides the chart a text position needs (see IndentedMatcher)."""
+        return None
+
+    def _restore(self, chart_length: int, layout) -> None:
+        """Back to a text position recorded by :meth:`_advance_bytes` (no tokens advanced)."""
+        del self._chart[chart_length:]
 
     def advance_many(self, token_ids: Iterable[int]) -> None:
         """Advance each token in turn; on a rejection (or a bad id) the earlier ones stay
