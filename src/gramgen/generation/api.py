@@ -48,9 +48,17 @@ class Target:
     constraint: Constraint | None = None
     is_json: bool = False
     model: type | None = None
+    #: with ``prefix=``: per prompt, the matcher advanced over its document's start; the
+    #: i-th state made starts from the i-th (every sampler makes one per prompt, in order)
+    starts: tuple = ()
+    made_starts: list = field(default_factory=list, compare=False, hash=False)
 
     def new_state(self) -> Constraint:
         """A fresh constraint state for one sequence."""
+        if self.starts:
+            start = self.starts[min(len(self.made_starts), len(self.starts) - 1)]
+            self.made_starts.append(start)
+            return MatcherConstraint(start.fork())
         if self.compiled is not None:
             return MatcherConstraint(self.compiled.matcher())
         return self.constraint.fork()
@@ -154,6 +162,7 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
              schema: Any = None, grammar: Grammar | CompiledGrammar | None = None,
              lark: str | None = None, gbnf: str | None = None, regex: str | None = None,
              constraint: Constraint | None = None, monitors: SequenceOf[Monitor] | None = None,
+             prefix: str | SequenceOf[str] | None = None,
              sampler: str | SamplerOptions | ASAp = "constrained", num_particles: int | None = None,
              speculative: Speculation | None = None, max_new_tokens: int = 512, temperature: float = 0.0,
              top_p: float | None = None, top_k: int | None = None, seed: int | None = None,
@@ -196,6 +205,14 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
     ``result.stats`` counts ``monitor_triggers``, ``monitor_queries``,
     ``monitor_query_seconds``, ``monitor_failures`` and ``monitor_fallbacks``; every
     sampler but ``"asap"`` takes monitors.
+    ``prefix``: the start of the document the output continues, e.g. the code before the
+    cursor (one string, or one per prompt): the grammar's matcher is advanced over it
+    first, so every output is a valid continuation of it, and monitors read it as the
+    document. A prefix no word of the grammar starts with raises
+    :class:`~gramgen.TextRejected` (its line and column) before any model work. Matchers
+    after recent prefixes are kept per compiled grammar: the same file after an edit is
+    advanced only from the last line start the two share (see :class:`~gramgen.Document`).
+    The prompt is still what the model reads (it may hold more than the prefix).
     Every bad argument raises :class:`~gramgen.ConfigurationError` before any work.
     """
     options = sampler_options(sampler, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -217,7 +234,17 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
                                  "shared by every sample of a prompt, and a monitor's masks depend "
                                  "on static analysis of each sample's text (use 'constrained', "
                                  "'awrs' or 'smc')")
-    if monitors and all(v is None for v in (schema, grammar, lark, gbnf, regex, constraint)):
+    prefixes = _prefixes(prefix)
+    if prefixes is not None and isinstance(options, ASApSampling):
+        raise ConfigurationError("sampler 'asap' cannot take prefix=: its trie starts at the grammar's "
+                                 "start (use 'constrained', 'awrs' or 'smc')")
+    if prefixes is not None and constraint is not None:
+        raise ConfigurationError("prefix= advances a grammar over text; a constraint= object only "
+                                 "advances over tokens: give a grammar (or advance it yourself)")
+    unconstrained = all(v is None for v in (schema, grammar, lark, gbnf, regex, constraint))
+    if unconstrained and prefixes is not None and not monitors:
+        raise ConfigurationError("prefix= needs a grammar or schema to advance, or monitors= to read it")
+    if monitors and unconstrained:
         constraint = Unconstrained(model.vocab)
     speculator = None if speculative is None else Speculator(speculative, model)
     single, prompts = _prompt_ids(model, prompt, chat)
@@ -232,12 +259,22 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
             require_masks(target.constraint)
     if not prompts:
         return []
+    if prefixes is not None:
+        if len(prefixes) == 1 and len(prompts) > 1:
+            prefixes = prefixes * len(prompts)
+        if len(prefixes) != len(prompts):
+            raise ConfigurationError(f"prefix= gives {len(prefixes)} texts for {len(prompts)} prompts: "
+                                     "give one, or one per prompt")
+        if target.compiled is not None:
+            target = Target(target.compiled, None, target.is_json, target.model,
+                            starts=tuple(target.compiled.matcher_after(p) for p in prefixes))
     if monitors:
         given = [prompt] if single else list(prompt)
         target = _Monitored(target.compiled, target.constraint, target.is_json, target.model,
                             monitors=monitors, vocab=model.vocab,
-                            documents=tuple(prompt_document(p, ids, model.vocab, chat)
-                                            for p, ids in zip(given, prompts)))
+                            documents=tuple(prefixes) if prefixes is not None else
+                            tuple(prompt_document(p, ids, model.vocab, chat) for p, ids in zip(given, prompts)),
+                            starts=target.starts)
     try:
         results = _generate_ids(model, prompts, target, options, max_new_tokens, seed, speculator)
         if monitors:
@@ -247,6 +284,18 @@ def generate(model: LanguageModel, prompt: str | SequenceOf[str] | SequenceOf[in
         if speculator is not None:
             speculator.close()
     return results[0] if single else results
+
+
+def _prefixes(prefix) -> list[str] | None:
+    """``prefix=`` as a list of strings (None when not given)."""
+    if prefix is None:
+        return None
+    if isinstance(prefix, str):
+        return [prefix]
+    if isinstance(prefix, (list, tuple)) and prefix and all(isinstance(p, str) for p in prefix):
+        return list(prefix)
+    raise ConfigurationError(f"prefix= takes the text before the cursor (a str, or a list of str "
+                             f"with one per prompt), not {type(prefix).__name__}")
 
 
 def _is_ids(p) -> bool:
