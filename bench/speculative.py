@@ -11,7 +11,7 @@ Two workloads, SmolLM2-135M-Instruct on the CPU (``gramgen.load_model("smollm2")
   each under its schema as ``generate(schema=...)`` compiles it by default;
 * ``code``: Python completion. The prompt is the start of a file (helpers defined, then a
   comment saying what comes next; ``chat=False``); the output is constrained by
-  ``Grammar.builtin("python")``, which parses the output on its own, so each prompt ends at
+  ``Grammar.builtin("python_subset")`` (the context-free subset: its results predate lark's python.lark as ``python``), which parses the output on its own, so each prompt ends at
   a statement boundary and the output is whole top-level statements that use the names
   defined above.
 
@@ -374,7 +374,7 @@ def extraction_tasks(model, limit: int, max_new_tokens: int, seed: int, data: Pa
 
 
 def code_tasks(model, limit: int, max_new_tokens: int, seed: int) -> list[Task]:
-    compiled = gramgen.compile(gramgen.Grammar.builtin("python"), model.vocab)
+    compiled = gramgen.compile(gramgen.Grammar.builtin("python_subset"), model.vocab)
     return [Task("code", name, model.prompt_ids(text, chat=False), compiled, max_new_tokens, seed + 100 + k)
             for k, (name, text) in enumerate(list(CODE_PROMPTS.items())[:limit])]
 
