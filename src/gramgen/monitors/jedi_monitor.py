@@ -34,11 +34,16 @@ TRIGGERS = ("member", "import", "keyword")
 NAME_TYPES = frozenset({"module", "class", "instance", "function", "property", "statement"})
 _KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 _SELF_DOT = re.compile(r"(?<![\w.])(?:self|cls)\s*\.\Z")
+#: the jedi projects made, by root; the worker thread that runs jedi; the lock over both
+_PROJECTS: dict = {}
+_WORKER: _Worker | None = None
+_LOCK = threading.Lock()
 
 
 class _Worker:
-    """One daemon thread that runs the monitor's jedi calls in order (a call that timed
-    out runs to its end, and the next waits for it; the process never waits for it)."""
+    """One daemon thread that runs every jedi call of the process in order (jedi is not
+    thread-safe; a call that timed out runs to its end and the next waits for it; the
+    process never waits for it at exit)."""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -122,8 +127,6 @@ class JediMonitor:
         kinds = python_kinds(lookahead)
         self._kinds = {name: kinds[name] for name in triggers}
         self._project = None
-        self._worker: _Worker | None = None
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (f"JediMonitor(project={self.project_root!r}, path={self.path!r}, timeout={self.timeout!r}, "
@@ -143,13 +146,14 @@ class JediMonitor:
     # -- jedi ---------------------------------------------------------------------------------
 
     def _call(self, fn):
+        global _WORKER
         if self.timeout is None:
-            with self._lock:
+            with _LOCK:
                 return fn()
-        with self._lock:
-            if self._worker is None:
-                self._worker = _Worker()
-            future = self._worker.submit(fn)
+        with _LOCK:
+            if _WORKER is None:
+                _WORKER = _Worker()
+            future = _WORKER.submit(fn)
         try:
             return future.result(timeout=self.timeout)
         except concurrent.futures.TimeoutError:
@@ -157,17 +161,23 @@ class JediMonitor:
             raise TimeoutError(f"jedi gave no answer within {self.timeout} s") from None
 
     def project(self):
-        """The ``jedi.Project`` (made once)."""
+        """The ``jedi.Project``: one per root in the process, shared by every monitor on
+        it (a monitor made per request still finds it warm)."""
         if self._project is None:
             import jedi
 
             root = self.project_root
-            if root is None:
-                self._project = jedi.get_default_project(self.path)
-            elif isinstance(root, (str, os.PathLike)):
-                self._project = jedi.Project(str(root))
-            else:
+            if root is not None and not isinstance(root, (str, os.PathLike)):
                 self._project = root
+            else:
+                key = os.path.abspath(root) if root is not None else ("default", self.path)
+                found = _PROJECTS.get(key)
+                if found is None:
+                    found = jedi.Project(key) if root is not None else jedi.get_default_project(self.path)
+                    if len(_PROJECTS) >= 64:
+                        _PROJECTS.pop(next(iter(_PROJECTS)))
+                    _PROJECTS[key] = found
+                self._project = found
         return self._project
 
     def script(self, text: str):
