@@ -92,6 +92,15 @@ def test_strict_false_leaves_dynamic_objects_and_self_free(jedi_monitor):
     assert {"radius", "area"} <= names_at(loose, CIRCLE + "c.")
 
 
+def test_complete_lists_what_an_editor_would_show(jedi_monitor):
+    assert jedi_monitor.complete("import shapes\nshapes.Ci") == ["Circle"]
+    public = jedi_monitor.complete(CIRCLE + "c.")
+    assert {"radius", "area", "scale", "describe"} <= set(public)
+    assert not [n for n in public if n.startswith("_")]               # private names only after "_"
+    assert "__init__" in jedi_monitor.complete(CIRCLE + "c.__")
+    assert jedi_monitor.complete("y = undefined_name\ny.") is None
+
+
 def test_configuration_errors():
     with pytest.raises(ConfigurationError, match="unknown trigger kind 'attribute'.*member, import, keyword"):
         JediMonitor(triggers=["member", "attribute"])

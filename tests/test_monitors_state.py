@@ -67,7 +67,17 @@ def _tokenize_triggers(source: str) -> tuple[set[int], set[int]]:
     dots, calls = set(), set()
     previous = None
     before_previous = None
+    # Python 3.12+ tokenizes f-strings into parts; the scanner reads them whole, as strings
+    fstring_start, fstring_end = getattr(tokenize, "FSTRING_START", -1), getattr(tokenize, "FSTRING_END", -1)
+    strings = (tokens.STRING, tokens.NUMBER, fstring_end)
+    inside_fstring = 0
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in (fstring_start, fstring_end):
+            inside_fstring += 1 if tok.type == fstring_start else -1
+            if inside_fstring:
+                continue
+        elif inside_fstring:
+            continue
         if tok.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE):
             if tok.type == tokenize.NEWLINE:
                 previous = before_previous = None
@@ -77,7 +87,7 @@ def _tokenize_triggers(source: str) -> tuple[set[int], set[int]]:
             is_name = previous.type == tokens.NAME and (not keyword.iskeyword(previous.string)
                                                         or previous.string in ("True", "False", "None"))
             closing = previous.type == tokens.OP and previous.string in ")]}"
-            if tok.string == "." and (is_name or closing or previous.type in (tokens.STRING, tokens.NUMBER)):
+            if tok.string == "." and (is_name or closing or previous.type in strings):
                 dots.add(offset + 1)
             definition = before_previous is not None and before_previous.string in ("def", "class")
             if tok.string == "(" and (closing or (is_name and previous.string not in ("True", "False", "None")

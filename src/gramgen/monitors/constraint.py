@@ -64,8 +64,8 @@ class Unconstrained:
         return _unconstrained_mask(self.vocab, self._allowed).copy()
 
     def fill_bitmask(self, out, row: int = 0) -> None:
-        words = bitmask.pack(self.mask())
-        bitmask.write_row(out, row, words)
+        bitmask.check_target(out, row, bitmask.n_words(self.vocab_size))
+        bitmask.write_row(out, row, bitmask.pack(self.mask()))
 
     def advance(self, token: int) -> None:
         token = int(token)

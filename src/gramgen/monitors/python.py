@@ -84,11 +84,6 @@ class PythonScanner:
             setattr(other, name, getattr(self, name))
         return other
 
-    def signature(self) -> tuple:
-        """The whole lexical state (equal signatures scan any text alike)."""
-        return (self.mode, self.word, self.number, self.last, self.stack, self.statement,
-                self.quote, self.triple, self.escape, self.closing, self.continued, self.after_import)
-
     def _fire(self, name: str, index: int = 0) -> TriggerKind | None:
         kinds = self.kinds.get(name)
         return kinds[index] if kinds else None

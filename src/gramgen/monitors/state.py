@@ -368,7 +368,6 @@ class MonitorState:
         """The names' mask (by rank) for the tokens after ``start`` while ``armed``; None
         when nothing is restricted. Names are asked for only when some token needs them."""
         session = self.session
-        index = session.index
         mode = armed.trigger.kind.mode
         typed = armed.typed.encode("utf-8")
         if mode == "keyword" and not self._keyword_needs_names(typed, start):
