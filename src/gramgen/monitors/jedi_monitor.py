@@ -2,10 +2,12 @@
 
 One jedi query per trigger: ``Script(text, path=, project=).complete(line, column)`` for
 member access and imports, ``get_signatures`` for keyword arguments, with the document up
-to the cursor as the text (the code after it is not needed). The ``jedi.Project`` is made
-once per monitor and reused, so jedi's caches stay warm across triggers, sequences and
-calls; jedi runs on one worker thread of the monitor (jedi is not thread-safe), which is
-also what makes a query's ``timeout`` possible.
+to the cursor as the text (the code after it is not needed). One ``jedi.Project`` per
+root is made in the process and reused, so jedi's caches stay warm across triggers,
+sequences, calls and monitors; every jedi call runs on one thread (jedi is not
+thread-safe), which is also what makes a query's ``timeout`` possible. A monitor remembers
+the names it found per text as long as it lives: make a new one when the repository's
+files change (an editor does per request; the project stays warm).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ TRIGGERS = ("member", "import", "keyword")
 NAME_TYPES = frozenset({"module", "class", "instance", "function", "property", "statement"})
 _KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 _SELF_DOT = re.compile(r"(?<![\w.])(?:self|cls)\s*\.\Z")
-#: the jedi projects made, by root; the worker thread that runs jedi; the lock over both
+#: the jedi projects made, by root (read and written on the jedi thread only); the thread
+#: that runs every jedi call; the lock that makes it
 _PROJECTS: dict = {}
 _WORKER: _Worker | None = None
 _LOCK = threading.Lock()
@@ -145,20 +148,19 @@ class JediMonitor:
 
     # -- jedi ---------------------------------------------------------------------------------
 
-    def _call(self, fn):
+    def _call(self, fn, timeout: float | None | bool = True):
+        """Run ``fn`` on the jedi thread and wait for it (``timeout``: this monitor's)."""
         global _WORKER
-        if self.timeout is None:
-            with _LOCK:
-                return fn()
+        timeout = self.timeout if timeout is True else timeout
         with _LOCK:
             if _WORKER is None:
                 _WORKER = _Worker()
             future = _WORKER.submit(fn)
         try:
-            return future.result(timeout=self.timeout)
+            return future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise TimeoutError(f"jedi gave no answer within {self.timeout} s") from None
+            raise TimeoutError(f"jedi gave no answer within {timeout} s") from None
 
     def project(self):
         """The ``jedi.Project``: one per root in the process, shared by every monitor on
@@ -219,7 +221,7 @@ class JediMonitor:
         slow one); returns the seconds it took."""
         start = time.perf_counter()
         text = "import os\nos.path."
-        self._call(lambda: self.script(text).complete(2, len("os.path.")))
+        self._call(lambda: self.script(text).complete(2, len("os.path.")), timeout=None)
         return time.perf_counter() - start
 
     def complete(self, text: str) -> list[str] | None:
