@@ -77,6 +77,7 @@ VALID = [
     "match p:\n    case [a, b]:\n        pass\n", "async def f():\n    await g()\n",
     "x = 1\n\n\n   \n# only a comment, indented oddly\n        # another\ny = 2\n",
     'x = ""\ny = """"a" """\n',
+    'x = "a\\\n  b"\n',                   # a backslash-newline inside a string (lark: no)
 ]
 INVALID = [
     "def f(x):\n    return x\n  y = 2\n",   # dedent to no level

@@ -141,11 +141,13 @@ def _to_ir(text: str, start: str, source: str, terminals, rules, ignore) -> Gram
 _KNOWN_LOOKAROUND_PATTERNS = {
     r'".*?(?<!\\)(\\\\)*?"': r'"(?:[^"\\\n]|\\[^\n])*"',
     # python.lark's strings: a quote, then up to the first closing quote(s) not escaped by a
-    # backslash (lark's lazy match). One over-approximation: `(?!"")` after the opening
-    # quote looks past the lexeme (`""` followed by `"`), which a lexeme DFA cannot see; ``""``
-    # is allowed there (under any split, `"""` read as `""` `"` only makes adjacent strings)
+    # backslash (lark's lazy match). Two differences: a backslash-newline continues a
+    # one-quote string, as in Python (lark's `.` stops at the newline); and `(?!"")` after
+    # the opening quote looks past the lexeme (`""` followed by `"`), which a lexeme DFA
+    # cannot see: ``""`` is allowed there (under any split, `"""` read as `""` `"` only
+    # makes adjacent strings)
     r'''([ubf]?r?|r[ubf])("(?!"").*?(?<!\\)(\\\\)*?"|'(?!'').*?(?<!\\)(\\\\)*?')''':
-        r'''([ubf]?r?|r[ubf])("(?:[^"\\\n]|\\[^\n])*"|'(?:[^'\\\n]|\\[^\n])*')''',
+        r'''([ubf]?r?|r[ubf])("(?:[^"\\\n]|\\(?:\r\n|[\s\S]))*"|'(?:[^'\\\n]|\\(?:\r\n|[\s\S]))*')''',
     r'''([ubf]?r?|r[ubf])(""".*?(?<!\\)(\\\\)*?"""|'''
     r"""'''.*?(?<!\\)(\\\\)*?''')""":
         r'''([ubf]?r?|r[ubf])("""(?:[^"\\]|\\[\s\S]|"[^"\\]|"\\[\s\S]|""[^"\\]|""\\[\s\S])*"""|'''
