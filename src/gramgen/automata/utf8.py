@@ -130,3 +130,28 @@ def encode_sequences(ranges: Ranges) -> list[list[tuple[int, int]]]:
 
     walk(0, [])
     return out
+
+
+#: (lead byte range, encoded length, first and last code point) per UTF-8 length
+_UTF8_SIZES = ((0xC2, 0xDF, 2, 0x80, 0x7FF), (0xE0, 0xEF, 3, 0x800, 0xFFFF),
+               (0xF0, 0xF4, 4, 0x10000, 0x10FFFF))
+
+
+def completions(pending: bytes):
+    """The characters whose UTF-8 encoding starts with ``pending`` (a valid incomplete
+    character, as an incremental UTF-8 decoder leaves one at the end of a text), in code
+    point order."""
+    lead = pending[0]
+    for low, high, size, first, last in _UTF8_SIZES:
+        if low <= lead <= high:
+            break
+    else:
+        return
+    free = 6 * (size - len(pending))
+    value = lead & (0xFF >> (size + 1))
+    for b in pending[1:]:
+        value = (value << 6) | (b & 0x3F)
+    start, stop = max(value << free, first), min(((value + 1) << free) - 1, last)
+    for cp in range(start, stop + 1):
+        if not 0xD800 <= cp <= 0xDFFF:
+            yield chr(cp)

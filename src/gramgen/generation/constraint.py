@@ -17,6 +17,7 @@ import numpy as np
 
 from .._lru import LRU
 from ..automata import bitmask
+from ..automata.utf8 import completions
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError, TokenRejected
 from ..runtime import CompiledGrammar, Matcher
@@ -120,29 +121,6 @@ def _decode_prefix(data: bytes) -> str:
 #: code points tried when asking whether an incomplete character can be completed; past
 #: this many refused ones it is assumed it can (only 4-byte characters come near it)
 MAX_COMPLETIONS = 4096
-_SIZES = ((0xC2, 0xDF, 2, 0x80, 0x7FF), (0xE0, 0xEF, 3, 0x800, 0xFFFF),
-          (0xF0, 0xF4, 4, 0x10000, 0x10FFFF))
-
-
-def completions(pending: bytes):
-    """The characters whose UTF-8 encoding starts with ``pending`` (a valid incomplete
-    character, as :func:`_split_utf8` leaves one), in code point order."""
-    lead = pending[0]
-    for low, high, size, first, last in _SIZES:
-        if low <= lead <= high:
-            break
-    else:
-        return
-    free = 6 * (size - len(pending))
-    value = lead & (0xFF >> (size + 1))
-    for b in pending[1:]:
-        value = (value << 6) | (b & 0x3F)
-    start, stop = max(value << free, first), min(((value + 1) << free) - 1, last)
-    for cp in range(start, stop + 1):
-        if not 0xD800 <= cp <= 0xDFFF:
-            yield chr(cp)
-
-
 class PredicateConstraint:
     """A constraint given as Python predicates over the generated text.
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from .._lru import LRU
 from ..automata.token_table import TokenTable, token_table_for
+from ..automata.utf8 import completions
 from ..automata.vocabulary import Vocabulary
 
 __all__ = ["MODES", "NameSet", "VocabIndex", "can_end_identifier", "char_class", "index_for",
@@ -64,32 +65,11 @@ def is_identifier_char(char: str) -> bool:
     return ("a" + char).isidentifier()
 
 
-_UTF8_LEADS = ((0xC2, 0xDF, 2, 0x80, 0x7FF), (0xE0, 0xEF, 3, 0x800, 0xFFFF),
-               (0xF0, 0xF4, 4, 0x10000, 0x10FFFF))
-
-
-def _completions(pending: bytes):
-    """The characters whose UTF-8 starts with ``pending`` (a valid incomplete character)."""
-    lead = pending[0]
-    for low, high, size, first, last in _UTF8_LEADS:
-        if low <= lead <= high:
-            break
-    else:
-        return
-    free = 6 * (size - len(pending))
-    value = lead & (0xFF >> (size + 1))
-    for b in pending[1:]:
-        value = (value << 6) | (b & 0x3F)
-    for cp in range(max(value << free, first), min(((value + 1) << free) - 1, last) + 1):
-        if not 0xD800 <= cp <= 0xDFFF:
-            yield chr(cp)
-
-
 @lru_cache(maxsize=4096)
 def can_end_identifier(pending: bytes) -> bool:
     """Whether the incomplete character ``pending`` can still become a character that is
     not an identifier character (so an identifier may end before it)."""
-    return any(not is_identifier_char(c) for c in _completions(pending))
+    return any(not is_identifier_char(c) for c in completions(pending))
 
 
 def _split_char(data: bytes) -> tuple[str | None, int]:

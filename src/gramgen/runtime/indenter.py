@@ -394,13 +394,7 @@ class IndentedMatcher(Matcher):
         del self._layouts[len(self._tokens) + 1:]
 
     def fork(self) -> "IndentedMatcher":
-        other = IndentedMatcher.__new__(IndentedMatcher)
-        other._cg = self._cg
-        other._tables = self._tables
-        other._chart = list(self._chart)
-        other._bounds = list(self._bounds)
-        other._tokens = list(self._tokens)
-        other._terminated = self._terminated
+        other = super().fork()
         other._layouts = list(self._layouts)
         return other
 

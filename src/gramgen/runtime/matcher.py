@@ -376,7 +376,7 @@ class Matcher:
 
     def fork(self) -> "Matcher":
         """An independent matcher in the same state (shares the immutable sets)."""
-        other = Matcher.__new__(Matcher)
+        other = self.__class__.__new__(self.__class__)
         other._cg = self._cg
         other._tables = self._tables
         other._chart = list(self._chart)
