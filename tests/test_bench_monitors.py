@@ -137,7 +137,13 @@ def test_first_identifier_and_the_name_written_at_the_cursor():
 def test_score_nim_and_hallucination():
     valid = {"append", "count"}
     assert score("member", "append(1)", "append", valid) == {
-        "first": "append", "nim": True, "name": "append", "hallucinated": False}
+        "first": "append", "nim": True, "name": "append", "unfinished": False, "spaced": False,
+        "hallucinated": False}
+    # the budget ran out inside a name: a prefix of a valid one is no hallucination, but no match
+    cut = score("member", "appe", "append", valid)
+    assert cut["unfinished"] and not cut["hallucinated"] and not cut["nim"]
+    assert score("member", "appx", "append", valid)["hallucinated"]
+    assert score("member", "append", "append", valid)["nim"]
     assert score("member", "apend(1)", "append", valid)["hallucinated"]
     # jedi knows nothing: nothing can be called hallucinated
     assert not score("member", "apend(1)", "append", None)["hallucinated"]
@@ -145,6 +151,9 @@ def test_score_nim_and_hallucination():
     kw = score("keyword", " k)", "key", {"key"})
     assert not kw["hallucinated"] and not kw["nim"] and kw["name"] is None
     assert score("keyword", " kee=1)", "key", {"key"})["hallucinated"]
+    spaced = score("keyword", "\n    kee = 1)", "key", {"key"})
+    assert spaced["hallucinated"] and spaced["spaced"] and spaced["name"] == "kee"
+    assert not score("keyword", " kee=1)", "key", {"key"})["spaced"]
 
 
 def _record(kind, origin, known, plain, monitor, truth="t", truth_valid=True):
@@ -180,30 +189,44 @@ def test_summarize_counts_per_group():
     assert rows["member, jedi unknown"]["sites"] == 1 and rows["member, jedi knows"]["sites"] == 2
     assert rows["keyword"]["no_name_plain"] == 1
     assert rows["stdlib"]["sites"] == 3 and rows["packages"]["sites"] == 2
-    goal = targets(summarize(_records()))
-    assert goal["nim_gain"] and goal["no_hallucination_where_known"]
+    goal = targets(summarize(_records()), _records())
+    assert goal["nim_gain"] and goal["no_hallucinated_member_where_known"]
 
 
-def test_targets_fail_on_a_hallucination_with_the_monitor_where_jedi_knows():
+def test_targets_fail_on_a_hallucinated_member_with_the_monitor_where_jedi_knows():
     records = _records() + [_record("member", "stdlib", True, "t", "tx")]
-    goal = targets(summarize(records))
-    assert not goal["no_hallucination_where_known"]
-    assert goal["hallucinated_with_monitor_where_known"] == 1
+    goal = targets(summarize(records), records)
+    assert not goal["no_hallucinated_member_where_known"]
+    assert goal["hallucinated_members_with_monitor_where_known"] == 1
+
+
+def test_targets_count_keyword_names_apart_and_the_spaced_ones():
+    records = _records() + [_record("keyword", "stdlib", True, " t=1", " bad = 1"),
+                            _record("keyword", "stdlib", True, " t=1", " bad=1"),
+                            _record("keyword", "stdlib", False, " t=1", " bad = 1")]   # unknown: free
+    goal = targets(summarize(records), records)
+    assert goal["no_hallucinated_member_where_known"]
+    assert goal["hallucinated_keywords_with_monitor_where_known"] == 2 and goal["of_which_spaced"] == 1
 
 
 def test_timing_and_report():
     records = _records()
+    untimed = _record("member", "stdlib", True, "t", "t")
+    untimed["timed"] = False
+    untimed["monitor"]["seconds"] = 0.1   # reused the plain call's forward passes
+    records.append(untimed)
     times = timing(records)
+    assert times["timed_sites"] == 5
     assert times["plain_mean"] == 1.0 and times["monitor_mean"] == 2.0
-    assert times["queries"] == 5 and times["query_mean"] == 0.2 * 5 / 5
+    assert times["queries"] == 6 and times["query_mean"] == pytest.approx(0.2)
     rows = summarize(records)
     data = {"meta": {"command": "python -m bench.monitors --sites 5", "date": "d", "machine": "m",
                      "python": "3", "jedi": "0", "model": "SmolLM2", "max_new_tokens": 8, "seed": 1,
-                     "prompt_tokens": 100, "packages": ["jedi"], "wall_minutes": 1.0},
-            "summary": rows, "timing": times, "targets": targets(rows), "records": records}
+                     "prompt_tokens": 100, "timed_every": 5, "packages": ["jedi"], "wall_minutes": 1.0},
+            "summary": rows, "timing": times, "targets": targets(rows, records), "records": records}
     text = report(data)
     assert text.splitlines()[3] == "python -m bench.monitors --sites 5"
-    assert "| all | 5 | 4 | 4 / 4 | 20.0 % | 60.0 % | 40.0 pt |" in text
+    assert "| all | 6 | 5 | 5 / 5 | 33.3 % | 66.7 % | 33.3 pt |" in text
     assert "`tx(` | `t(`" in text
 
 
