@@ -21,6 +21,7 @@ from .generation.speculation import DRAFTERS
 from .grammar import Grammar
 from .grammar.sources import read_schema
 from .hf import load_model
+from .lsp import ServerOptions, serve as serve_lsp
 from .runtime import compile as compile_grammar
 
 WHITESPACE_CHOICES = ["compact", "standard", "flexible"]
@@ -452,6 +453,16 @@ def cmd_bench(bench_args: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", "bench", *bench_args], cwd=root)
 
 
+# -- lsp -----------------------------------------------------------------------------------
+
+def cmd_lsp(args: argparse.Namespace) -> int:
+    serve_lsp(ServerOptions(model=args.model, grammar=args.grammar, max_new_tokens=args.max_new_tokens,
+                        timeout=args.timeout, monitor=not args.no_monitor, candidates=args.candidates,
+                        context_chars=args.context_chars, inline_lines=args.inline_lines,
+                        device=args.device, threads=args.threads))
+    return 0
+
+
 # -- entry point ---------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -501,6 +512,28 @@ def build_parser() -> argparse.ArgumentParser:
                     help="take unknown `format` values (int32, ...) as annotations instead of an error")
     ck.add_argument("-q", "--quiet", action="store_true", help="print only the records that fail")
     ck.set_defaults(run=cmd_check)
+
+    lsp = sub.add_parser("lsp", help="a code-completion language server on stdin/stdout (completion "
+                                      "and inline completion from a model, member names checked by jedi)")
+    lsp.add_argument("--model", default="smollm2", help="'smollm2' or a Hugging Face model folder")
+    lsp.add_argument("--grammar", choices=["python", "none"], default="none",
+                     help="python: every completion is a valid continuation of the document "
+                          "(default: none)")
+    lsp.add_argument("--max-new-tokens", type=int, default=32,
+                     help="the most tokens one generation takes (default 32)")
+    lsp.add_argument("--timeout", type=float, default=2.0,
+                     help="seconds of generation per request; then it answers what it has (default 2)")
+    lsp.add_argument("--no-monitor", action="store_true",
+                     help="do not check member names with jedi")
+    lsp.add_argument("--candidates", type=int, default=3, help="completion items per request (default 3)")
+    lsp.add_argument("--context-chars", type=int, default=4000,
+                     help="the most characters before the cursor the model sees (default 4000)")
+    lsp.add_argument("--inline-lines", type=int, default=3,
+                     help="the most lines of ghost text at the start of a line (default 3)")
+    lsp.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
+    lsp.add_argument("--threads", type=int,
+                     help="CPU threads for the model (default: half the cores)")
+    lsp.set_defaults(run=cmd_lsp)
 
     # listed for --help; main() forwards everything after "bench" untouched
     sub.add_parser("bench", help="run `python -m bench ARGS...` of this repository checkout",
