@@ -191,7 +191,7 @@ def main(argv=None) -> int:
         print(f"{'ok ' if ok else 'REJ'} {rows[-1]['file']} ({rows[-1]['bytes']} B, {rows[-1]['seconds']:.1f} s)",
               flush=True)
     mutants = []
-    pool = [p for p in sample if p.stat().st_size <= args.max_bytes // 2] or sample
+    pool = [p for p in sample if 0 < p.stat().st_size <= args.max_bytes // 2] or sample
     while len(mutants) < args.mutants:
         path = rng.choice(pool)
         text = mutate(read(path), rng)
