@@ -88,6 +88,8 @@ class Site:
     offset: int
     truth: str
     line: int
+    #: inside an f-string's replacement field (``f"{obj.name}"``)
+    in_fstring: bool = False
 
 
 # -- sources and sites --------------------------------------------------------------------------
@@ -148,11 +150,21 @@ def _offset(text: str, starts: list[int], lineno: int, col_bytes: int) -> int:
     return start + len(line[:col_bytes].decode("utf-8"))
 
 
+def _in_fstrings(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside f-strings' replacement fields."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            inside.update(id(n) for n in ast.walk(node) if n is not node)
+    return inside
+
+
 def member_sites(text: str, tree: ast.AST | None = None) -> list[Site]:
     """Every attribute read ``expr.name`` with ``name`` right after the ``.`` and ``expr``
     not a literal."""
     tree = tree or ast.parse(text)
     starts = _line_starts(text)
+    fstring = _in_fstrings(tree)
     sites = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
@@ -163,7 +175,7 @@ def member_sites(text: str, tree: ast.AST | None = None) -> list[Site]:
         cut = end - len(node.attr)
         if text[cut:end] != node.attr or text[cut - 1:cut] != ".":
             continue   # `a . b`, a name spelled with a line continuation: not this kind of site
-        sites.append(Site("member", cut, node.attr, node.end_lineno))
+        sites.append(Site("member", cut, node.attr, node.end_lineno, id(node) in fstring))
     return sorted(sites, key=lambda s: s.offset)
 
 
@@ -172,6 +184,7 @@ def keyword_sites(text: str, tree: ast.AST | None = None) -> list[Site]:
     whitespace up to ``name``; the cut is right after that ``(`` or ``,``."""
     tree = tree or ast.parse(text)
     starts = _line_starts(text)
+    fstring = _in_fstrings(tree)
     sites = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -187,7 +200,7 @@ def keyword_sites(text: str, tree: ast.AST | None = None) -> list[Site]:
                 cut -= 1
             if text[cut - 1:cut] not in ("(", ","):
                 continue   # a comment or a line continuation in between
-            sites.append(Site("keyword", cut, keyword.arg, keyword.lineno))
+            sites.append(Site("keyword", cut, keyword.arg, keyword.lineno, id(node) in fstring))
     return sorted(sites, key=lambda s: s.offset)
 
 
@@ -239,6 +252,14 @@ def prompt_start(text: str, offsets: list[tuple[int, int]], max_tokens: int) -> 
     if nl == -1 or nl + 1 >= len(text):
         return text.rfind("\n", 0, len(text) - 1) + 1
     return nl + 1
+
+
+def defined_after(text: str, offset: int, name: str) -> bool:
+    """Whether the file defines ``name`` after the cut (``def name``, ``class name``,
+    ``name =`` or ``.name =``): jedi, reading only the code before the cut, cannot know it."""
+    pattern = (rf"\b(?:def|class)\s+{re.escape(name)}\b"
+               rf"|(?:^[ \t]*|\.){re.escape(name)}\s*(?::[^=\n]*)?=(?!=)")
+    return re.search(pattern, text[offset:], re.MULTILINE) is not None
 
 
 # -- scoring -------------------------------------------------------------------------------------
@@ -443,6 +464,35 @@ def report(data: dict) -> str:
         f"{by['all']['unfinished']}. \"no name at cursor\": a member site's output does not start with "
         "an identifier, a keyword site's writes no `name=` (a positional argument, a closing paren).",
         "",
+        "## Names hallucinated with the monitor where jedi knows them",
+        "",
+        "| site | written | output with the monitor | jedi queries | why the monitor let it through |",
+        "|---|---|---|---|---|",
+    ]
+    for r in data["records"]:
+        if r["known"] and r["monitor"]["hallucinated"]:
+            out.append(f"| {r['kind']} `{r['file']}:{r['line']}` | `{r['monitor']['name']}` | "
+                       f"`{_cell(r['monitor']['text'])}` | {r['monitor']['queries']} | {_why(r)} |")
+    missing = [r for r in data["records"] if r["kind"] == "member" and r["known"] and not r["truth_valid"]]
+    below = sum(bool(r.get("defined_after")) for r in missing)
+    lost = sum(r["plain"]["nim"] and not r["monitor"]["nim"] for r in missing)
+    out += [
+        "",
+        "## Member sites where jedi's names lack the truth",
+        "",
+        f"{len(missing)} of {by['member, jedi knows']['sites']} member sites where jedi knows the type: the "
+        f"monitor forbids the right name there. {below} of them define it below the cut (`def`, "
+        "`class`, an assignment), which the monitor does not read (its document is the code before the "
+        f"cursor); the plain model named it right at {lost} of them (NIM the monitor lost).",
+        "",
+        "| site | truth | defined below the cut | without | with |",
+        "|---|---|---|---|---|",
+    ]
+    for r in missing:
+        out.append(f"| `{r['file']}:{r['line']}` | `{r['truth']}` | {'yes' if r.get('defined_after') else 'no'} | "
+                   f"`{_cell(r['plain']['text'])}` | `{_cell(r['monitor']['text'])}` |")
+    out += [
+        "",
         "## Time",
         "",
         "| | mean | median |",
@@ -468,18 +518,25 @@ def report(data: dict) -> str:
         f"{PAPER['nim_mgd']} % with its monitor (+{PAPER['nim_mgd'] - PAPER['nim']:.1f} pt). Here: "
         f"{_fmt(by['all']['nim_plain'], suffix=' %')} → {_fmt(by['all']['nim_monitor'], suffix=' %')} "
         f"on all sites, {_fmt(by['member']['nim_plain'], suffix=' %')} → "
-        f"{_fmt(by['member']['nim_monitor'], suffix=' %')} on member sites. The settings differ:",
+        f"{_fmt(by['member']['nim_monitor'], suffix=' %')} on member sites, "
+        f"{_fmt(by['member, jedi knows']['nim_plain'], suffix=' %')} → "
+        f"{_fmt(by['member, jedi knows']['nim_monitor'], suffix=' %')} on the member sites where jedi knows "
+        "the type (the paper's monitor, like ours, restricts member names; keyword sites gain nothing "
+        "here: the keyword mode may only refuse a wrong `name=`, not steer toward a right one). "
+        "The settings differ:",
         "",
         "- Python and jedi (dynamic typing: jedi knows the type at only some sites, and leaves the "
         "others free), not Java and Eclipse JDT (static types: the monitor almost always knows);",
         "- SmolLM2-135M-Instruct (a small general instruct model), not CodeGen-350M-Multi (a code model);",
         "- sites: attribute reads and keyword arguments cut at random in standard-library and package "
-        "files, not method-completion prompts whose cut is where the model dereferences an object "
-        "defined in another file of the repository (the paper's sites are chosen where static analysis "
-        "matters most);",
+        "files, not the paper's method-completion prompts from Java repositories, each ending at a "
+        "dereference (`obj.`) in a method body;",
         "- greedy, one completion, the first identifier only (the paper reports score@k over sampled "
         f"completions of whole method bodies); prompts are the last {meta['prompt_tokens']} tokens "
-        "before the cut, not the paper's repository-level context.",
+        "before the cut, not the paper's repository-level context;",
+        "- jedi reads the file up to the cursor only (the names a class defines below the cut are "
+        "unknown to it, see above), with `strict=True` (lists from objects with `__getattr__` "
+        "restrict too).",
         "",
         "## Outputs the monitor changed",
         "",
@@ -493,6 +550,17 @@ def report(data: dict) -> str:
     if len(changed) > 25:
         out.append(f"| … {len(changed) - 25} more in monitors.json | | | |")
     return "\n".join(out) + "\n"
+
+
+def _why(record: dict) -> str:
+    """Why the monitor let a name jedi does not know through, as far as the record says."""
+    if record.get("in_fstring"):
+        return "inside an f-string's replacement field: the scanner reads f-strings whole, no trigger fires"
+    if record["monitor"]["spaced"]:
+        return "`name = value`: the keyword mode checks only an identifier directly followed by `=`"
+    if not record["monitor"]["queries"]:
+        return "no trigger fired at the cut"
+    return "?"
 
 
 def _cell(text: str) -> str:
@@ -532,8 +600,9 @@ def run_site(model, origin: str, path: Path, root: Path, text: str, site: Site, 
     start = prompt_start(document, offsets, prompt_tokens)
     prompt = document[start:]
     monitor = JediMonitor(project=str(root), path=str(path))
-    record = {"origin": origin, "file": _short(path), "root": str(root), "kind": site.kind,
-              "line": site.line, "offset": site.offset, "truth": site.truth,
+    record = {"origin": origin, "file": _short(path), "path": str(path), "root": str(root), "kind": site.kind,
+              "line": site.line, "offset": site.offset, "truth": site.truth, "in_fstring": site.in_fstring,
+              "defined_after": defined_after(text, site.offset, site.truth),
               "prompt_tokens": len(model.tokenizer(prompt, add_special_tokens=False)["input_ids"])}
     record["timed"] = timed
     record["plain"] = _complete(model, prompt, document, max_new_tokens, None, cold=True)
@@ -574,7 +643,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-minutes", type=float, default=None,
                         help="start no new site after this many minutes (the report says how many ran)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild MONITORS.md (and the aggregates) from monitors.json, no model")
     args = parser.parse_args(argv)
+    if args.report_only:
+        return rewrite_report(args.out)
 
     import jedi
     import torch
@@ -623,6 +696,39 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "MONITORS.md").write_text(report(data))
     print(report(data).split("## Time")[0], flush=True)
     print(f"wrote {args.out / 'MONITORS.md'} and monitors.json in {data['meta']['wall_minutes']:.1f} min")
+    return 0
+
+
+def _complete_record(record: dict) -> None:
+    """Add what records of an older run lack (``path``, ``in_fstring``, ``defined_after``)
+    from the source file, finding the site again by its offset."""
+    if "path" not in record:
+        root = Path(record["root"])
+        record["path"] = str(next((c for c in (root / record["file"], root.parent / record["file"]) if c.is_file()),
+                                  root / record["file"]))
+    if "in_fstring" in record and "defined_after" in record:
+        return
+    text = read_source(Path(record["path"]))
+    if text is None:
+        return
+    found = [s for s in (member_sites(text) if record["kind"] == "member" else keyword_sites(text))
+             if s.offset == record["offset"] and s.truth == record["truth"]]
+    record.setdefault("in_fstring", bool(found) and found[0].in_fstring)
+    record.setdefault("defined_after", defined_after(text, record["offset"], record["truth"]))
+
+
+def rewrite_report(out: Path) -> int:
+    """``--report-only``: the aggregates and MONITORS.md again from monitors.json."""
+    data = json.loads((out / "monitors.json").read_text())
+    records = data["records"]
+    for record in records:
+        _complete_record(record)
+    data["summary"] = summarize(records)
+    data["timing"] = timing(records)
+    data["targets"] = targets(data["summary"], records)
+    (out / "monitors.json").write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
+    (out / "MONITORS.md").write_text(report(data))
+    print(f"rewrote {out / 'MONITORS.md'} from monitors.json")
     return 0
 
 

@@ -12,9 +12,10 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT))
 
-from bench.monitors import (KINDS, ORIGINS, candidates, first_identifier, keyword_sites,  # noqa: E402
-                            member_sites, pick_sites, prompt_start, report, score, summarize,
-                            targets, timing, valid_names, written_name)
+from bench.monitors import (KINDS, ORIGINS, candidates, defined_after, first_identifier,  # noqa: E402
+                            keyword_sites, member_sites, pick_sites, prompt_start, report,
+                            rewrite_report, score, summarize, targets, timing, valid_names,
+                            written_name)
 
 CODE = '''import os
 x = "a,b".split(",")
@@ -53,6 +54,22 @@ def test_keyword_sites_cut_after_the_open_paren_or_comma():
     assert prefixes[3].endswith("h(a ,")
     for s in sites:
         assert CODE[s.offset:].lstrip().startswith(s.truth + "=")
+
+
+def test_sites_inside_f_string_fields_are_marked():
+    text = 'a = o.x\nb = f"{o.y} {g(k=1)}"\n'
+    assert [(s.truth, s.in_fstring) for s in member_sites(text)] == [("x", False), ("y", True)]
+    assert [(s.truth, s.in_fstring) for s in keyword_sites(text)] == [("k", True)]
+
+
+def test_defined_after_the_cut():
+    text = "x = self.\nclass A:\n    def run(self): pass\n    size: int = 3\nself.data = 1\nn == 2\n"
+    cut = text.index(".") + 1
+    assert defined_after(text, cut, "run") and defined_after(text, cut, "A")
+    assert defined_after(text, cut, "size") and defined_after(text, cut, "data")
+    assert not defined_after(text, cut, "n")          # a comparison defines nothing
+    assert not defined_after(text, cut, "x")          # defined above the cut only
+    assert not defined_after(text, cut, "ru")
 
 
 def test_sites_with_a_comment_before_the_keyword_are_left_out():
@@ -224,9 +241,18 @@ def test_timing_and_report():
                      "python": "3", "jedi": "0", "model": "SmolLM2", "max_new_tokens": 8, "seed": 1,
                      "prompt_tokens": 100, "timed_every": 5, "packages": ["jedi"], "wall_minutes": 1.0},
             "summary": rows, "timing": times, "targets": targets(rows, records), "records": records}
+    records.append(_record("member", "stdlib", True, "t", "tx", truth_valid=False))
+    records[-1]["in_fstring"], records[-1]["defined_after"] = True, True
+    records.append(_record("keyword", "stdlib", True, " t=1", " bad = 1"))
+    rows = summarize(records)
+    data["summary"], data["targets"] = rows, targets(rows, records)
     text = report(data)
     assert text.splitlines()[3] == "python -m bench.monitors --sites 5"
-    assert "| all | 6 | 5 | 5 / 5 | 33.3 % | 66.7 % | 33.3 pt |" in text
+    assert "| member `f.py:1` | `tx` | `tx` | 1 | inside an f-string's replacement field" in text
+    assert "| keyword `f.py:1` | `bad` | ` bad = 1` | 1 | `name = value`" in text
+    assert "1 of 4 member sites where jedi knows the type" in text
+    assert "| `f.py:1` | `t` | yes | `t` | `tx` |" in text
+    assert "| all | 8 | 7 | 6 / 7 | 50.0 % | 50.0 % | 0.0 pt |" in text
     assert "`tx(` | `t(`" in text
 
 
@@ -242,3 +268,24 @@ def test_valid_names_asks_jedi(tmp_path):
     assert valid_names("keyword", "from shapes import make\nmake(1,", str(main), str(tmp_path)) == {"radius", "unit"}
     assert valid_names("keyword", "from shapes import free\nfree(", str(main), str(tmp_path)) is None
     assert valid_names("member", "def f(x):\n    return x.", str(main), str(tmp_path)) is None
+
+
+def test_report_only_rebuilds_from_the_json(tmp_path):
+    import json
+
+    records = _records()
+    rows = summarize(records)
+    meta = {"command": "c", "date": "d", "machine": "m", "python": "3", "jedi": "0", "model": "SmolLM2",
+            "max_new_tokens": 8, "seed": 1, "prompt_tokens": 100, "timed_every": 5, "packages": [],
+            "wall_minutes": 1.0}
+    for r in records:   # an older run's records: no path, no f-string or below-the-cut marks
+        r["root"] = str(tmp_path)
+        r["offset"] = 0
+    (tmp_path / "f.py").write_text("x = 1\n")
+    (tmp_path / "monitors.json").write_text(json.dumps(
+        {"meta": meta, "summary": [], "timing": {}, "targets": {}, "records": records}))
+    assert rewrite_report(tmp_path) == 0
+    data = json.loads((tmp_path / "monitors.json").read_text())
+    assert data["summary"] == rows
+    assert all(r["path"] == str(tmp_path / "f.py") and r["in_fstring"] is False for r in data["records"])
+    assert "| all | 5 | 4 | 4 / 4 |" in (tmp_path / "MONITORS.md").read_text()
