@@ -16,6 +16,7 @@ from gramgen import cli
 from gramgen.errors import ConfigurationError
 from gramgen.generation import SyntheticLM
 from gramgen.lsp.engine import CompletionEngine, Job, Request, ServerOptions, StopGuard, TokenTable
+from gramgen.lsp.server import jedi_monitors
 from gramgen.monitors import JediMonitor, Unconstrained
 from gramgen.testing import assert_consistent
 
@@ -29,8 +30,8 @@ EOS = VOCAB.eos_token_ids[0]
 class ScriptedLM(SyntheticLM):
     """Greedy-readable logits: after the last ``after`` in the context, each rule
     (after, continuation, score) adds ``score`` to the token of the continuation's next
-    byte (and a little more to a word token spelling its next bytes); a newline is the
-    default. ``delay`` seconds per scored context make it slow."""
+    byte (and a little more to a word token spelling its next bytes); other tokens are
+    unlikely, a newline a little less so. ``delay`` seconds per scored context make it slow."""
 
     def __init__(self, rules, delay: float = 0.0):
         self.rules = rules
@@ -49,8 +50,8 @@ class ScriptedLM(SyntheticLM):
         if self.delay:
             time.sleep(self.delay)
         text = b"".join(VOCAB.tokens[t] for t in context).decode("utf-8", errors="replace")
-        logits = np.zeros(VOCAB.size)
-        logits[ord("\n")] = 0.5
+        logits = np.full(VOCAB.size, -8.0)
+        logits[ord("\n")] = -4.0
         for after, continuation, score in self.rules:
             at = text.rfind(after)
             if at < 0:
@@ -59,10 +60,10 @@ class ScriptedLM(SyntheticLM):
             if not continuation.startswith(tail) or len(tail) == len(continuation):
                 continue
             rest = continuation[len(tail):].encode("utf-8")
-            logits[rest[0]] += score
+            logits[rest[0]] = max(logits[rest[0]], 0) + score
             for i, word in enumerate(WORDS):
                 if rest.startswith(word):
-                    logits[256 + i] += score + 0.1 * len(word)
+                    logits[256 + i] = max(logits[256 + i], 0) + score + 0.1 * len(word)
         return logits
 
 
@@ -87,17 +88,20 @@ def run(eng: CompletionEngine, what: str, text: str, offset: int | None = None, 
 MEMBERS = [(".", "radius(", 3.0), (".", "area(", 2.0), (".", "scale(", 1.0)]
 
 
-def test_completion_candidates_are_greedy_then_the_best_other_first_tokens():
-    """The greedy name starts with the word token 'radius'; banning it, the next best first
-    token is 'r', which spells 'radius' again (dropped); then 'a', then 's'."""
+def test_completion_candidates_are_the_greedy_names_of_the_best_first_tokens():
+    """The best first token is the word 'radius'; 'r' spells a prefix of it (most often
+    the same name) and is passed over; then 'a' and 's'."""
     names, job = run(engine(MEMBERS), "complete", "c = Circle()\nc.")
     assert [c.name for c in names] == ["radius", "area", "scale"]
     assert all(c.typed == "" for c in names)
-    assert job.generations == 4
+    assert job.generations == 3
     # each generation stopped right after the name ended (one extra character)
-    assert job.tokens == len(["radius", "("]) + len("radius(") + len("area(") + len("scale(")
+    assert job.tokens == len(["radius", "("]) + len("area(") + len("scale(")
     names, _ = run(engine(MEMBERS, candidates=2), "complete", "c.")
     assert [c.name for c in names] == ["radius", "area"]
+    # a first token that ends the name at once is no candidate
+    names, _ = run(engine([(".", "(", 9.0)] + MEMBERS), "complete", "c.")
+    assert [c.name for c in names] == ["radius", "area", "scale"]
 
 
 def test_the_typed_part_is_healed_and_the_name_completes_it():
@@ -117,11 +121,14 @@ def test_the_typed_part_is_healed_and_the_name_completes_it():
 def test_stop_guard_is_a_consistent_constraint():
     table = TokenTable(VOCAB)
     job = Job(60.0)
-    guard = StopGuard(Unconstrained(VOCAB), table, job, lambda text: "(" in text, required=b"wh",
-                      banned=frozenset({(2, ord("i")), (0, 256)}))
+    guard = StopGuard(Unconstrained(VOCAB), table, job, lambda text: "(" in text, required=b"wh")
     assert_consistent(guard, steps=8, seed=1)
     mask = guard.mask()
-    assert mask[257] and not mask[256] and not mask[ord("w")] and not mask[EOS]   # 'white' only
+    assert mask[256] and mask[257] and not mask[ord("w")] and not mask[EOS]   # 'wh', 'white'
+    forced = StopGuard(Unconstrained(VOCAB), table, job, lambda text: False, required=b"wh",
+                       forced=(256, ord("y")))
+    assert_consistent(forced, steps=8, seed=2)
+    assert np.flatnonzero(forced.mask()).tolist() == [256]
     job.cancel()
     assert np.flatnonzero(guard.mask()).tolist() == [EOS]
     assert guard.is_complete()
@@ -230,3 +237,33 @@ def test_bad_options_are_configuration_errors(bad):
 def test_the_command_refuses_bad_options_before_starting(capsys):
     assert cli.main(["lsp", "--timeout", "0"]) == 2
     assert "timeout must be a positive number" in capsys.readouterr().err
+
+
+def test_a_typed_part_no_member_continues_gives_no_completion():
+    text = "from shapes import Circle\nwheel = Circle(1.0)\nwheel.zz"
+    rules = [("wheel.", "zztop ", 5.0)]
+    names, _ = run(engine(rules), "complete", text, path=PROJECT / "zz.py")
+    assert [c.name for c in names] == ["zztop"]
+    names, job = run(engine(rules, monitors=jedi), "complete", text, path=PROJECT / "zz.py")
+    assert names == [] and job.monitor_stats.fallbacks == 1
+
+
+def test_jedi_sees_the_file_after_the_cursor_and_is_asked_once_per_trigger(monkeypatch):
+    """A method defined below the one being written is a member too; while the user types
+    on, the same trigger in the same file is not asked again."""
+    before = "class Box:\n    def first(self):\n        return self."
+    after = "\n\n    def later_method(self):\n        return 1\n"
+    rules = [("self.", "later_method(", 5.0)]
+    asked = []
+    names_of = JediMonitor.names
+    monkeypatch.setattr(JediMonitor, "names",
+                        lambda self, trigger: asked.append(1) or names_of(self, trigger))
+    only_before = engine(rules, monitors=jedi)
+    names, _ = run(only_before, "complete", before + after, offset=len(before), path=PROJECT / "box.py")
+    assert "later_method" not in [c.name for c in names]
+    whole = engine(rules, monitors=lambda request: jedi_monitors(request))
+    for typed in ("", "l", "la"):
+        text = before + typed + after
+        names, job = run(whole, "complete", text, offset=len(before + typed), path=PROJECT / "box2.py")
+        assert [c.name for c in names][:1] == ["later_method"]
+    assert len(asked) == 1 + 1   # one for the first engine, one for the three requests

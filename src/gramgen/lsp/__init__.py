@@ -9,4 +9,5 @@ decides what to generate and when to stop, :mod:`.server` wires them to the prot
 from .engine import Candidate, CompletionEngine, Inline, Job, Request, ServerOptions
 from .server import build_server, serve
 
-__all__ = ["Candidate", "CompletionEngine", "Inline", "Job", "Request", "ServerOptions", "build_server", "serve"]
+__all__ = ["Candidate", "CompletionEngine", "Inline", "Job", "Request", "ServerOptions", "build_server",
+           "serve"]

@@ -42,6 +42,8 @@ __all__ = ["Candidate", "CompletionEngine", "Inline", "Job", "PublicNames", "Req
            "StopGuard", "TokenTable"]
 
 GRAMMARS = ("python", "none")
+#: a completion candidate's start must be at least this share as likely as the best one's
+MIN_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -161,20 +163,20 @@ class TokenTable:
 class StopGuard:
     """A constraint around another (``inner``) that ends generation early: once ``job``
     says stop or ``stop(text so far)`` is true it allows only EOS. Its first token must
-    start with ``required`` (the text of the prompt token healing took off); ``banned`` holds
-    (bytes emitted, token) pairs it refuses (a token that took an earlier run past
-    ``required``, so the next run finds the best *other* continuation)."""
+    start with ``required`` (the text of the prompt token healing took off), and its first
+    tokens must be ``forced`` (the start of one completion candidate)."""
 
     def __init__(self, inner, table: TokenTable, job: Job, stop: Callable[[str], bool], *,
-                 required: bytes = b"", banned: frozenset[tuple[int, int]] = frozenset(),
-                 data: bytes = b""):
+                 required: bytes = b"", forced: tuple[int, ...] = (), data: bytes = b"",
+                 emitted: int = 0):
         self.inner = inner
         self.table = table
         self.job = job
         self.stop = stop
         self.required = required
-        self.banned = banned
+        self.forced = forced
         self.data = data
+        self.emitted = emitted
         self.vocab = table.vocab
         self.halted = False
         self._buffer = np.zeros((1, table.n_words), dtype=np.int32)
@@ -191,30 +193,25 @@ class StopGuard:
 
     def _extra(self) -> np.ndarray | None:
         """The words the inner mask is narrowed by at this point, or None."""
-        if len(self.data) > len(self.required):
+        if self.emitted < len(self.forced):
+            words = np.zeros(self.table.n_words, dtype=np.uint32)
+            if self._allowed_here(self.forced[self.emitted]):
+                bitmask.set_bits(words, [self.forced[self.emitted]])
+            return words.view(np.int32)
+        if self.data or not self.required:
             return None
-        words = None
-        if len(self.data) < len(self.required):
-            words = self.table.starting_with(self.required[len(self.data):]).copy()
-        here = [t for depth, t in self.banned if depth == len(self.data)]
-        if here:
-            if words is None:
-                words = np.full(self.table.n_words, -1, dtype=np.int32)
-            ids = np.array(here, dtype=np.int64)
-            np.bitwise_and.at(words.view(np.uint32), ids >> 5,
-                              ~(np.uint32(1) << (ids & 31).astype(np.uint32)))
-        return words
+        return self.table.starting_with(self.required)
 
     def _allowed_here(self, token: int) -> bool:
         """Whether the guard's own rules (not the inner constraint) allow ``token``."""
+        if self.emitted < len(self.forced) and token != self.forced[self.emitted]:
+            return False
         if token in self.table.vocab.eos_token_ids:
             return len(self.data) >= len(self.required)
-        if len(self.data) > len(self.required):
+        if self.data:
             return True
         piece = self.table.vocab.tokens[token]
-        if not piece or not piece.startswith(self.required[len(self.data):]):
-            return False
-        return (len(self.data), token) not in self.banned
+        return bool(piece) and piece.startswith(self.required)
 
     def _packed(self) -> np.ndarray:
         """The mask of this state as int32 words."""
@@ -250,18 +247,19 @@ class StopGuard:
         self.inner.advance(token)
         self.data += self.vocab.tokens[token]
         if not eos:
+            self.emitted += 1
             self.job.tokens += 1
 
     def fork(self) -> StopGuard:
         twin = StopGuard(self.inner.fork(), self.table, self.job, self.stop, required=self.required,
-                         banned=self.banned, data=self.data)
+                         forced=self.forced, data=self.data, emitted=self.emitted)
         twin.halted = self.halted
         return twin
 
     def is_complete(self) -> bool:
         if self._should_halt():
             return True
-        return len(self.data) >= len(self.required) and self.inner.is_complete()
+        return self._allowed_here(self.vocab.eos_token_ids[0]) and self.inner.is_complete()
 
 
 # -- what a request asks for ----------------------------------------------------------------
@@ -411,22 +409,29 @@ class CompletionEngine:
 
     def complete(self, request: Request, job: Job) -> list[Candidate]:
         """Up to ``options.candidates`` distinct identifiers continuing the one at the
-        cursor: the greedy one, then for each next one the best continuation whose token
-        leaving the healed text differs from every earlier one's. A name cut short (by the
-        deadline or ``max_new_tokens``) is not offered."""
+        cursor, each the greedy continuation of one start (:meth:`_branches`). A name cut short
+        (by the deadline or ``max_new_tokens``), one the monitors were set aside for, or
+        one met before is not offered."""
         typed = identifier_before(request.text, request.offset)
         prompt, head = self._prompt(request, typed)
         base = self._constraint(request, head, job, public=not typed.startswith("_"))
+        if job.monitor_stats is not None and hasattr(base, "mask"):
+            base.mask()   # decides whether the monitors allow anything at the cursor
+            if job.monitor_stats.fallbacks:
+                return []   # no name they know continues what was typed
         ended = _identifier_ended(len(head))
+        required = head.encode("utf-8")
+        start = StopGuard(base.fork(), self._table, job, ended, required=required)
         names: list[str] = []
-        banned: set[tuple[int, int]] = set()
-        for _ in range(2 * self.options.candidates):
-            if len(names) >= self.options.candidates or job.should_stop():
+        for forced in self._branches(prompt, start, required):
+            if job.should_stop():
                 break
-            result, branch = self._generate(base, job, prompt, head, ended, frozenset(banned))
-            if job.cancelled or branch is None:
-                break   # stale, or nothing left to branch on
-            banned.add(branch)
+            fallbacks = job.monitor_stats.fallbacks if job.monitor_stats is not None else 0
+            result = self._generate(base, job, prompt, required, ended, forced)
+            if job.cancelled:
+                break
+            if job.monitor_stats is not None and job.monitor_stats.fallbacks > fallbacks:
+                continue   # the monitor was set aside on the way: a name it did not check
             if not result.text.startswith(head):
                 continue
             name = typed + _leading_identifier(result.text[len(head):], typed)
@@ -434,6 +439,55 @@ class CompletionEngine:
             if whole and name != typed and name.isidentifier() and name not in names:
                 names.append(name)
         return [Candidate(n, typed) for n in names]
+
+    def _branches(self, prompt: list[int], start: StopGuard, required: bytes) -> list[tuple[int, ...]]:
+        """The starts of the candidates, most likely first: each ends with the token that
+        takes the text past ``required`` (after the healed token itself, when that comes
+        first), and one whose text past ``required`` is a prefix of another's, or the
+        other way round, is left out (``cr`` next to ``create``: most often one name), and
+        so is one less than :data:`MIN_SHARE` as likely as the best that goes on."""
+        scored: list[tuple[float, tuple[int, ...]]] = []
+        logprobs = self._logprobs(prompt, start.mask())
+        for token in np.flatnonzero(np.isfinite(logprobs)).tolist():
+            if self._table.vocab.tokens[token] == required:   # the healed token: look one further
+                after = start.fork()
+                after.advance(token)
+                more = self._logprobs(prompt + [token], after.mask())
+                scored += [(logprobs[token] + more[t], (token, t)) for t in np.flatnonzero(np.isfinite(more))]
+            else:
+                scored.append((logprobs[token], (token,)))
+        scored.sort(key=lambda pair: -pair[0])
+        chosen: list[bytes] = []
+        branches: list[tuple[int, ...]] = []
+        floor = None   # MIN_SHARE of the best start that goes on
+        for logprob, forced in scored:
+            if len(branches) == self.options.candidates or (floor is not None and logprob < floor):
+                break
+            piece = b"".join(self._table.vocab.tokens[t] for t in forced)
+            past = piece[len(required):]
+            if not past or not _is_identifier_char(past.decode("utf-8", errors="ignore")[:1] or "a"):
+                continue   # EOS, or the name would end at once
+            floor = logprob + np.log(MIN_SHARE) if floor is None else floor
+            if any(c.startswith(past) or past.startswith(c) for c in chosen):
+                continue
+            chosen.append(past)
+            branches.append(forced)
+        return branches
+
+    def _logprobs(self, context: list[int], allowed: np.ndarray) -> np.ndarray:
+        """Log-probabilities of the next token after ``context`` (one forward pass, which
+        the model keeps for the generations that follow), -inf where not ``allowed``."""
+        session = self.model.session()
+        try:
+            logits = session.logits([context])[0, -1]
+        finally:
+            close = getattr(session, "close", None)
+            if close is not None:
+                close()
+        scores = np.asarray(logits.float().cpu().numpy() if hasattr(logits, "cpu") else logits,
+                            dtype=np.float64)[:self._table.vocab.size]
+        scores = scores - np.logaddexp.reduce(scores)
+        return np.where(allowed, scores, -np.inf)
 
     def inline(self, request: Request, job: Job) -> Inline | None:
         """Ghost text at the cursor: one line (after a line break and indentation when
@@ -445,7 +499,7 @@ class CompletionEngine:
         line_start = request.text.rfind("\n", 0, request.offset) + 1
         before = request.text[line_start:request.offset - len(typed)]
         lines = 1 if before.strip() else self.options.inline_lines
-        result, _ = self._generate(base, job, prompt, head, _lines_done(len(head), lines), frozenset())
+        result = self._generate(base, job, prompt, head.encode("utf-8"), _lines_done(len(head), lines))
         if job.cancelled or not result.text.startswith(head):
             return None
         rest = _cut_lines(result.text[len(head):], lines)
@@ -492,19 +546,10 @@ class CompletionEngine:
         job.monitor_stats = MonitorStats()
         return monitored(inner, monitors, self._table.vocab, document=document, stats=job.monitor_stats)
 
-    def _generate(self, base, job: Job, prompt: list[int], head: str, stop: Callable[[str], bool],
-                  banned: frozenset[tuple[int, int]]):
-        """(the GenerationResult, the (bytes before, token) where the output first went
-        past ``head``, or None when it never did)."""
-        guard = StopGuard(base.fork(), self._table, job, stop, required=head.encode("utf-8"),
-                          banned=banned)
+    def _generate(self, base, job: Job, prompt: list[int], required: bytes, stop: Callable[[str], bool],
+                  forced: tuple[int, ...] = ()):
+        """One greedy generation from a fork of ``base``, guarded for ``job``."""
+        guard = StopGuard(base.fork(), self._table, job, stop, required=required, forced=forced)
         job.generations += 1
-        result = generate(self.model, prompt, constraint=guard, chat=False,
-                          max_new_tokens=self.options.max_new_tokens)
-        size, required = 0, len(guard.required)
-        for token in result.tokens:
-            piece = self._table.vocab.tokens[token]
-            if size + len(piece) > required:
-                return result, (size, token)
-            size += len(piece)
-        return result, None
+        return generate(self.model, prompt, constraint=guard, chat=False,
+                        max_new_tokens=self.options.max_new_tokens)

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
+from .._lru import LRU
 from ..errors import GramgenError
-from ..monitors import JediMonitor
+from ..monitors import JediMonitor, Trigger
 from .engine import CompletionEngine, Job, Request, ServerOptions
 from .text import Document
 
-__all__ = ["CompletionService", "OpenDocument", "build_server", "jedi_monitors", "serve"]
+__all__ = ["CompletionService", "FileJediMonitor", "OpenDocument", "build_server", "jedi_monitors", "serve"]
 
 
 @dataclass
@@ -39,12 +40,45 @@ class OpenDocument:
     jobs: dict[str, Job] = field(default_factory=dict)
 
 
+class FileJediMonitor(JediMonitor):
+    """A :class:`~gramgen.monitors.JediMonitor` that shows jedi the file after the cursor
+    too (``after``): in an editor the file goes on past the cursor, and the methods
+    defined below the one being written are members as well.
+
+    Answers are remembered across requests (:data:`REMEMBERED` of them) by the file, the
+    trigger's text and ``after``: while the user types a name after ``obj.``, each
+    keystroke's request asks about the same trigger in the same text, so jedi is asked
+    once. A change anywhere in the document is a new question."""
+
+    #: the answers kept, across requests
+    REMEMBERED = 32
+    _answers: LRU[tuple, frozenset | None] = LRU(REMEMBERED)
+
+    def __init__(self, after: str = "", **options):
+        super().__init__(**options)
+        self.after = after
+
+    def script(self, text: str):
+        return super().script(text + self.after)
+
+    def names(self, trigger: Trigger):
+        root = self.project_root if isinstance(self.project_root, (str, os.PathLike, type(None))) else id(
+            self.project_root)
+        key = (str(root), self.path, trigger.kind, trigger.text, self.after)
+        found = self._answers.get(key)
+        if found is None:
+            answer = super().names(trigger)
+            found = (None if answer is None else frozenset(answer),)
+            self._answers.put(key, found)
+        return found[0]
+
+
 def jedi_monitors(request: Request, timeout: float | None = None) -> list:
-    """The monitors of a request: a :class:`~gramgen.monitors.JediMonitor` on the
-    document, with the workspace as jedi's project (made per request, so it sees the
-    repository's files as they are; the project itself stays warm in the process)."""
+    """The monitors of a request: a :class:`FileJediMonitor` on the document, with the
+    workspace as jedi's project (made per request, so it sees the repository's files as
+    they are; the project itself stays warm in the process)."""
     root = request.root if request.root is not None and request.root.is_dir() else None
-    return [JediMonitor(project=root, path=request.path, timeout=timeout)]
+    return [FileJediMonitor(request.text[request.offset:], project=root, path=request.path, timeout=timeout)]
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop | None, callback, *args) -> None:
@@ -65,8 +99,8 @@ class CompletionService:
     def __init__(self, options: ServerOptions, engine: CompletionEngine | None, server, types):
         self.options = options
         if engine is None:
-            engine = CompletionEngine(options, monitors=(lambda request: jedi_monitors(request, options.timeout))
-                                      if options.monitor else None)
+            monitors = (lambda request: jedi_monitors(request, options.timeout)) if options.monitor else None
+            engine = CompletionEngine(options, monitors=monitors)
         self.engine = engine
         self.server = server
         self.types = types
@@ -302,7 +336,8 @@ def build_server(options: ServerOptions, engine: CompletionEngine | None = None)
         raise GramgenError(f"gramgen lsp needs pygls and lsprotocol: pip install 'gramgen[lsp]' "
                            f"({exc})") from None
 
-    server = LanguageServer("gramgen", __version__, text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
+    server = LanguageServer("gramgen", __version__,
+                            text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
     service = server.service = CompletionService(options, engine, server, t)
 
     @server.feature(t.INITIALIZED)
