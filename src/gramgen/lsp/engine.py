@@ -11,7 +11,8 @@ A completion continues the identifier at the cursor. The prompt is the document 
 the cursor less its last token when that token is part of the identifier being typed, and
 the guard makes the output start with that token's text (token healing): a prompt that
 ends inside a word is one the model rarely saw whole in training, so cut there it would
-continue ``args.wh`` as if ``wh`` were a finished token.
+continue ``args.wh`` as if ``wh`` were a finished token. Its candidates come from one
+forward pass: the likeliest starts of a name, each then completed greedily.
 """
 
 from __future__ import annotations
@@ -363,7 +364,8 @@ class CompletionEngine:
 
     ``loader``: returns the model (default: :func:`gramgen.load_model` of
     ``options.model``). ``monitors``: the monitors of a request (the server gives a
-    :class:`~gramgen.monitors.JediMonitor` on the document when ``options.monitor``).
+    :class:`~gramgen.lsp.server.FileJediMonitor` on the document when ``options.monitor``);
+    they read the whole document before the cursor while the model reads a window of it.
     With ``options.grammar == "python"`` the output continues the document as Python
     does: the grammar is advanced over the document before the cursor (kept per document,
     re-advanced from the last line an edit kept); where that text is not valid Python the
@@ -409,9 +411,9 @@ class CompletionEngine:
 
     def complete(self, request: Request, job: Job) -> list[Candidate]:
         """Up to ``options.candidates`` distinct identifiers continuing the one at the
-        cursor, each the greedy continuation of one start (:meth:`_branches`). A name cut short
-        (by the deadline or ``max_new_tokens``), one the monitors were set aside for, or
-        one met before is not offered."""
+        cursor, each the greedy continuation of one start (:meth:`_branches`). A name cut
+        short (by the deadline or ``max_new_tokens``), one the monitors were set aside for,
+        or one met before is not offered."""
         typed = identifier_before(request.text, request.offset)
         prompt, head = self._prompt(request, typed)
         base = self._constraint(request, head, job, public=not typed.startswith("_"))
