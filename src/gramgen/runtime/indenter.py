@@ -17,10 +17,11 @@ indentation stack in its state, and feeds the Earley chart of the rest of the gr
 
 None of the three bytes is UTF-8, so no text can contain them. Blank lines and comment-only
 lines do not count (they are part of ``_NEWLINE``); tabs count 8 (lark's ``tab_len``). The
-end of the text reads as Python's tokenizer reads it: an implicit line end after a last
-line without one, then a dedent for every open level. (Two differences from lark's own
-``PythonIndenter``, which counts the spaces of a trailing comment line at the very end of a
-file and rejects trailing spaces there; Python accepts both.)
+text's ends read as Python's tokenizer reads them: the first line is the start of a logical
+line (indenting it is an error), and the end adds a line end after a last line without one,
+then a dedent for every open level. (Three differences from lark's own ``PythonIndenter``,
+which accepts an indented first line, counts the spaces of a trailing comment line at the
+very end of a file and rejects trailing spaces there; Python does the opposite each time.)
 
 Masks stay exact and cheap: a token without a line end never crosses a layout decision
 except at the start of a logical line, where its leading spaces decide it; tokens are
@@ -66,7 +67,9 @@ class Layout(tuple):
     __slots__ = ()
 
 
-INITIAL = Layout((CODE, 0, 0, (0,), 0, False, False, 0, False, False, 0))
+#: the start of a file is the start of a logical line (a first line indented is an error,
+#: as in Python; lark's indenter, which only looks after newlines, would let it pass)
+INITIAL = Layout((HELD, 0, 0, (0,), 0, False, False, 0, False, False, 0))
 
 
 def _dedents(width: int, stack: tuple) -> tuple[bytes, tuple] | None:
