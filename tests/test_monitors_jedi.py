@@ -121,7 +121,7 @@ def test_only_the_configured_triggers_fire(jedi_monitor):
 
 # -- generation --------------------------------------------------------------------------------
 
-VOCAB_PIECES = PIECES + ["Circel", " Circel", " Circle", "radious=", "radius=", "2", "radius"]
+VOCAB_PIECES = PIECES + ["Circel", " Circel", " Circle", "radious=", "radius=", "2", "radius", " ="]
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +143,7 @@ def _adversarial(text: str) -> dict[str, float]:
 
 @pytest.mark.parametrize("document, wrong, right", [
     (CIRCLE + "c", ".radious", ".radius"),                             # member access
+    (CIRCLE + 'print(f"{c', ".radious", ".radius"),                    # in an f-string's field
     ("from shapes import", " Circel", " Circle"),                      # from-import names
     (CIRCLE + "Circle(", "radious=", "radius="),                       # keyword argument
 ])
@@ -154,6 +155,30 @@ def test_an_adversarial_model_writes_real_names_with_the_monitor(jedi_monitor, v
     out = gramgen.generate(lm, prompt, monitors=[jedi_monitor], max_new_tokens=8)
     assert out.text == right
     assert out.stats.monitor_triggers >= 1 and out.stats.monitor_failures == 0
+
+
+@pytest.mark.parametrize("space", [" =", "\n", " ", "\t"])
+def test_a_spaced_keyword_argument_is_checked(jedi_monitor, vocab, space):
+    """``radious = 1`` (whitespace, newlines too, before ``=``) is a keyword argument: the
+    monitor refuses ``=`` after the wrong name, and lets it follow the right one."""
+    def spaced(text):
+        if text.endswith("("):
+            return {"radious": 10.0}
+        if text.endswith(("radious", "radius")):
+            return {space: 10.0}
+        if text.endswith(space) and space != " =":
+            return {"=": 10.0, " =": 9.0}
+        return {"1": 10.0}
+
+    lm = preferring(vocab, spaced, eos_after=("1",))
+    prompt = encode(vocab, CIRCLE + "Circle(")
+    plain = gramgen.generate(lm, prompt, constraint=Unconstrained(vocab), max_new_tokens=6)
+    assert plain.text.replace(" ", "").replace("\n", "").replace("\t", "") == "radious=1"
+    out = gramgen.generate(lm, prompt, monitors=[jedi_monitor], max_new_tokens=6)
+    assert out.text.startswith("radious") and "=" not in out.text, out.text
+    right = gramgen.generate(lm, encode(vocab, CIRCLE + "Circle(radius"), monitors=[jedi_monitor],
+                             max_new_tokens=6)
+    assert right.text == plain.text[len("radious"):]
 
 
 def test_one_query_per_trigger(jedi_monitor, vocab):

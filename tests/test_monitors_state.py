@@ -24,7 +24,7 @@ from gramgen.monitors.names import index_for
 
 
 @pytest.mark.parametrize("text", ['"a.b"', "'a.b'", "# x.y\n", "x = 1.5", "y = 1.", '"""a.\nb"""',
-                                  "x = r'a.b'", "f'{a.b}'", "from . import", "x[...]", "1e5"])
+                                  "x = r'a.b'", "f'a.b{c}'", "from . import", "x[...]", "1e5"])
 def test_no_member_trigger_inside_strings_comments_or_numbers(text):
     assert [k for _, k in fires(text) if k.name == "member"] == []
 
@@ -50,6 +50,64 @@ def test_import_and_keyword_triggers():
     assert described("class A(B, metaclass=M): pass") == []
     assert described("x = (a, b)\ny = [a, b]") == []
     assert described("yield from x") == []
+
+
+def _fstring_fires(text: str) -> list[tuple[int, str]]:
+    """:func:`fires` as (index, name), the scanner fed one character at a time from a copy
+    made at each step (it must carry everything it needs)."""
+    scanner, out = PythonScanner(), []
+    for i, char in enumerate(text):
+        scanner = scanner.copy()
+        kind = scanner.feed(char)
+        if kind is not None:
+            out.append((i, kind.name))
+    return out
+
+
+@pytest.mark.parametrize("text, at", [
+    ('s = 1\nx = f"{s.', [(14, "member")]),                         # the evaluation's repro
+    ('f"{s.__class__.name}"', [(4, "member"), (14, "member")]),
+    ("f'{a.b}'.upper", [(4, "member"), (8, "member")]),             # after the f-string too
+    ('F"{d[0].x(1, k=2)}"', [(7, "member"), (9, "keyword"), (11, "keyword")]),
+    ('rf"{x.y!r:>10}.z"', [(5, "member")]),                         # a conversion, a spec
+    ('fR"{x:{w.a}.{p}f} {y.b}"', [(8, "member"), (20, "member")]),  # fields nested in a spec
+    ('f"{{a.b}} {{{c.d}}}"', [(14, "member")]),                     # "{{" / "}}" are braces
+    ('f"""x.\n{ a.b }\n.c""".d', [(10, "member"), (20, "member")]),  # triple, over lines
+    ('f"{a=}.{b.c}"', [(9, "member")]),                             # self-documenting "="
+    ('f"{ {1: 2}[k.v] }"', [(12, "member")]),                       # ":" in a dict, not a spec
+    ("f\"{'.'.join(a.b)}\"", [(6, "member"), (11, "keyword"), (13, "member")]),
+    ("f\"{f'{a.b}'.c}\"", [(7, "member"), (11, "member")]),         # nested f-strings (3.12)
+    ('f"\\N{FULL STOP}.{a.b}"', [(18, "member")]),                  # a character's name
+    ('rf"\\N{a.b}"', [(7, "member")]),                               # raw: "\N" then a field
+    ('f"{x:.2f}" + y.z', [(14, "member")]),
+    ('f"{x:\'.a"\nq.r', [(11, "member")]),                          # the quote ends the spec
+    ('f"{lambda: a.b}"\nc.d', [(18, "member")]),                    # ":" starts the spec
+])
+def test_triggers_inside_f_string_replacement_fields(text, at):
+    assert _fstring_fires(text) == at
+    assert [(i, k.name) for i, k in fires(text)] == at
+
+
+@pytest.mark.parametrize("text", ['f"a.b"', 'f"{x:.2f}"', 'f"{{a.b}}"', "f'{x:{w}.3}'",
+                                  'f"""a.\nb.c"""', 'f"{x!r:.>3}."', 'f"{x}.{y}."'])
+def test_no_trigger_in_the_literal_parts_or_format_specs_of_f_strings(text):
+    assert fires(text) == []
+
+
+def test_an_f_string_field_leaves_the_scanner_where_it_was():
+    """After f-strings with fields (closed, or broken by a newline) the scanner reads code
+    as it did before them: what it knows equals a fresh scanner's after a line break."""
+    def state(text):
+        scanner = PythonScanner()
+        for char in text:
+            scanner.feed(char)
+        return tuple(getattr(scanner, name) for name in ("mode", "word", "last", "stack", "statement",
+                                                          "fields", "brace", "escape", "continued"))
+
+    fresh = state("x = 1\n")
+    for text in ['x = f"{a:{b}>{c.d}}{{"\n', "x = f'{a:>\n", 'x = f"""{a[1]}\n{b!r}"""\n']:
+        assert state(text) == fresh, text
+    assert hash(state('x = f"{a(1, b=')) is not None
 
 
 def test_configured_kinds_only():
@@ -117,7 +175,8 @@ TABLE = {
     "import ": {"path", "sep"}, "os.": {"path"},
 }
 DOCUMENTS = ["x = obj", "x = obj.", "x = obj.ap", "x = obj.app", "y = f(x, ke", "from os import",
-             "from os import ", "x = obj.caf", "s = 'obj", "x = obj.\n", "y = f"]
+             "from os import ", "x = obj.caf", "s = 'obj", "x = obj.\n", "y = f", "y = f(x, ke ",
+             "y = f(key\n  "]
 FULL = ["x = obj", "x = obj.", "x = obj.app", "y = f(x, ke", "from os import", "x = obj.caf"]
 
 
@@ -193,6 +252,34 @@ def test_a_token_that_carries_a_trigger_and_a_name(lookahead):
         assert monitor.asked == []
     assert {".", "x", " "} <= allowed
     assert_mask_is_allows(state, vocab)
+
+
+@pytest.mark.parametrize("vocab_name", ["gpt2", "llama2"])
+def test_a_spaced_keyword_argument_is_checked(vocab_name):
+    """``name = value`` in a call: the name is checked at ``=`` whatever whitespace comes
+    between (newlines too, inside the call); ``name == value`` and positional names pass."""
+    vocab = vocabulary(vocab_name)
+    monitor = DictMonitor(TABLE)
+    equals = [t for t in range(vocab.size) if vocab.tokens[t] in (b"=", b" =", b"==", b" ==")]
+
+    def allowed(document):
+        state = MonitorState.start(Session(monitor, vocab), document)
+        assert_mask_is_allows(state, vocab, _sample(vocab, state, random.Random(3), 300) + equals)
+        mask = state.mask()
+        return {vocab.tokens[t] for t in equals if mask[t]}, state
+
+    for document in ["y = f(x, kex", "y = f(x, kex ", "y = f(x,\n kex\n   ", "y = f(kex\t"]:
+        got, state = allowed(document)
+        assert b"=" not in got and b"==" in got, document
+        assert state.restricting
+        if document.endswith(" "):
+            assert b" =" not in got and b" ==" in got
+    for document in ["y = f(x, key ", "y = f(x,\n value\n"]:
+        got, _ = allowed(document)
+        assert b"=" in got and b" =" in got
+    for document in ["y = f(kex ,", "y = f(kex )", "y = f(kex + 1"]:
+        state = MonitorState.start(Session(monitor, vocab), document)
+        assert document.endswith(",") or not state.restricting   # positional: nothing checked
 
 
 def test_mask_equals_allows_inside_a_utf8_character():

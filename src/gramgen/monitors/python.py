@@ -16,7 +16,13 @@ Triggers (the cursor is just after the character named):
 * ``keyword``: the ``(`` of a call (after a name or a closing bracket; not in ``def`` or
   ``class`` headers) and a ``,`` directly inside it (keyword-argument names).
 
-f-strings are read as plain strings: nothing inside one triggers.
+f-strings are read as Python 3.12's tokenizer reads them: the literal parts and format
+specs are string text (``{{`` and ``}}`` are literal braces; nothing there triggers), and a
+replacement field's expression is code, where the triggers fire as anywhere else
+(``f"{s.`` fires ``member``). A field's top bracket level ends at ``}`` (back to the string)
+or ``:`` (the format spec, which may hold nested fields); strings inside a field are read
+as code strings, in any quotes (3.12; 3.11 code uses the other quotes, which reads the
+same).
 """
 
 from __future__ import annotations
@@ -37,8 +43,12 @@ _STRING_PREFIXES = frozenset("".join(chars) for base in ("r", "u", "b", "f", "br
 _CODE, _COMMENT, _STRING, _QUOTE1, _QUOTE2 = range(5)
 # the last significant token
 _START, _NAME, _CLOSE, _LITERAL, _KEYWORD, _DEF, _DEFNAME, _OTHER = range(8)
-# what an open bracket is: a call's "(", another "(", the "(" of "from m import (", "[" / "{"
-_CALL, _PAREN, _IMPORT_PAREN, _BRACKET = range(4)
+# what an open bracket is: a call's "(", another "(", the "(" of "from m import (", "[" / "{",
+# the "{" of an f-string's replacement field
+_CALL, _PAREN, _IMPORT_PAREN, _BRACKET, _FIELD = range(5)
+# where a backslash leaves a string: none, just after it, after "\N" (an f-string, not raw),
+# inside "\N{...}" (a character's name, not a field)
+_NO_ESCAPE, _ESCAPE, _ESCAPE_N, _NAMED = range(4)
 # the statement being written
 _NONE, _FROM, _FROM_IMPORT, _IMPORT = range(4)
 
@@ -61,7 +71,8 @@ class PythonScanner:
     to the kinds to fire; a name left out fires nothing."""
 
     __slots__ = ("kinds", "mode", "word", "number", "last", "stack", "statement", "quote",
-                 "triple", "escape", "closing", "continued", "after_import")
+                 "triple", "escape", "closing", "continued", "after_import", "fstring", "raw",
+                 "spec", "brace", "fields")
 
     def __init__(self, kinds: dict[str, tuple[TriggerKind, ...]] | None = None):
         self.kinds = python_kinds() if kinds is None else kinds
@@ -73,10 +84,18 @@ class PythonScanner:
         self.statement = _NONE
         self.quote = ""
         self.triple = False
-        self.escape = False
+        self.escape = _NO_ESCAPE
         self.closing = 0        # closing quotes seen in a row (triple-quoted strings)
         self.continued = False  # a backslash just before: the next newline joins lines
         self.after_import = False
+        # the string being read (quote, triple, fstring, raw) is an f-string, a raw string
+        self.fstring = False
+        self.raw = False
+        self.spec = False       # in an f-string's format spec (else in its literal part)
+        self.brace = False      # a "{" in an f-string's literal part: "{{" or a field?
+        #: per open replacement field (innermost last): the f-string it is in (quote,
+        #: triple, raw) and whether it opened in a format spec (where its "}" returns)
+        self.fields: tuple[tuple[str, bool, bool, bool], ...] = ()
 
     def copy(self) -> PythonScanner:
         other = PythonScanner.__new__(PythonScanner)
@@ -100,15 +119,13 @@ class PythonScanner:
                 return self._code(char)
             return None
         if mode == _STRING:
-            self._string(char)
-            return None
+            return self._string(char)
         if mode == _QUOTE1:
             if char == self.quote:
                 self.mode = _QUOTE2
-            else:
-                self.mode, self.triple = _STRING, False
-                self._string(char)
-            return None
+                return None
+            self.mode, self.triple = _STRING, False
+            return self._string(char)
         # _QUOTE2: two quotes; a third opens a triple-quoted string, anything else
         # follows an empty string
         if char == self.quote:
@@ -117,26 +134,84 @@ class PythonScanner:
         self.mode, self.last = _CODE, _LITERAL
         return self._code(char)
 
-    def _string(self, char: str) -> None:
-        if self.escape:
-            self.escape = False
-            return
+    def _open_string(self, char: str, prefix: str) -> None:
+        prefix = prefix.lower()
+        self.mode, self.quote = _QUOTE1, char
+        self.fstring, self.raw, self.spec, self.brace = "f" in prefix, "r" in prefix, False, False
+        self.escape, self.closing = _NO_ESCAPE, 0
+
+    def _string(self, char: str) -> TriggerKind | None:
+        if self.brace:      # "{" then "{": a literal brace; anything else is in a field
+            self.brace = False
+            if char == "{":
+                return None
+            self._open_field()
+            return self._code(char)
+        escape = self.escape
+        if escape:
+            self.escape = _NO_ESCAPE
+            if escape == _ESCAPE:
+                if char == "N" and self.fstring and not self.raw:
+                    self.escape = _ESCAPE_N
+                if char != "{" or not self.fstring:
+                    return None
+            elif escape == _ESCAPE_N:
+                if char == "{":
+                    self.escape = _NAMED
+                    return None
+            elif char not in "\r\n" and char != self.quote:   # inside "\N{...}"
+                if char != "}":
+                    self.escape = _NAMED
+                return None
         if char == "\\":
-            self.escape = True
+            self.escape = _ESCAPE
             self.closing = 0
-            return
+            return None
+        if self.fstring and char in "{}":
+            self.closing = 0
+            if char == "{":
+                if self.spec:
+                    self._open_field()
+                else:
+                    self.brace = True
+            elif self.spec:   # the end of the spec closes its field
+                self._close_field()
+            return None
         if self.triple:
             if char == self.quote:
                 self.closing += 1
                 if self.closing == 3:
-                    self.mode, self.last = _CODE, _LITERAL
+                    self._end_string()
             else:
                 self.closing = 0
         elif char == self.quote:
-            self.mode, self.last = _CODE, _LITERAL
+            self._end_string()
         elif char in "\r\n":   # an unterminated string ends with its line
-            self.mode, self.last = _CODE, _LITERAL
-            self._code(char)
+            self._end_string()
+            return self._code(char)
+        return None
+
+    def _end_string(self) -> None:
+        """The quote closes the string (an f-string's spec ends with it, and its fields)."""
+        while self.fstring and self.spec:
+            self._close_field()
+        self.mode, self.last = _CODE, _LITERAL
+
+    def _open_field(self) -> None:
+        """A replacement field starts: its expression is code, inside a bracket level."""
+        self.fields += ((self.quote, self.triple, self.raw, self.spec),)
+        self.stack += (_FIELD,)
+        self.mode, self.last, self.word = _CODE, _OTHER, ""
+
+    def _close_field(self, spec: bool = False) -> None:
+        """The field's top level reached ``}`` (or ``:`` with ``spec``): back to the
+        f-string's text, its literal part or (``spec``, or a field nested in one) a spec."""
+        self.quote, self.triple, self.raw, from_spec = self.fields[-1]
+        if not spec:
+            self.fields = self.fields[:-1]
+            self.stack = self.stack[:-1]
+        self.mode, self.fstring, self.spec = _STRING, True, spec or from_spec
+        self.brace, self.escape, self.closing = False, _NO_ESCAPE, 0
 
     def _end_word(self) -> None:
         """The word being read is complete: classify it."""
@@ -178,8 +253,8 @@ class PythonScanner:
                 self.word += char
                 return None
             elif char in "'\"" and self.word in _STRING_PREFIXES:
-                self.word = ""
-                self.mode, self.quote = _QUOTE1, char
+                prefix, self.word = self.word, ""
+                self._open_string(char, prefix)
                 return None
             self._end_word()
             after_import = self.after_import
@@ -209,7 +284,7 @@ class PythonScanner:
             self.mode = _COMMENT
             return None
         if char in "'\"":
-            self.mode, self.quote = _QUOTE1, char
+            self._open_string(char, "")
             return None
         last = self.last
         if char == ".":
@@ -233,8 +308,13 @@ class PythonScanner:
             self.stack += (_BRACKET,)
             self.last = _OTHER
             return None
+        field = bool(self.stack) and self.stack[-1] == _FIELD
+        if field and char in "}:":
+            self._close_field(spec=char == ":")
+            return None
         if char in ")]}":
-            self.stack = self.stack[:-1]
+            if not field:   # a stray closer does not leave the field
+                self.stack = self.stack[:-1]
             self.last = _CLOSE
             return None
         if char == ",":
