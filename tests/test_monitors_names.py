@@ -76,15 +76,16 @@ def optional_rule(names, token: bytes) -> bool:
 
 
 def keyword_rule(names, typed: str, token: bytes) -> bool:
-    """An identifier directly followed by "=" (not "==") must be a name; a character still
-    being written at the end of the token decides nothing yet."""
+    """An identifier followed by "=" (not "=="), directly or after whitespace, must be a
+    name; a character still being written at the end of the token decides nothing yet.
+    ``typed`` is the identifier and any whitespace written after it."""
     s = typed + codecs.getincrementaldecoder("utf-8")("replace").decode(token, final=False)
-    if not typed:
-        s = s.lstrip(" \t\f\r\n")
+    s = s.lstrip(" \t\f\r\n")
     end = 0
     while end < len(s) and _identifier_char(s[end]):
         end += 1
-    if end == 0 or s[end:end + 1] != "=" or s[end + 1:end + 2] == "=":
+    rest = s[end:].lstrip(" \t\f\r\n")
+    if end == 0 or rest[:1] != "=" or rest[1:2] == "=":
         return True
     return s[:end] in names
 
@@ -114,14 +115,16 @@ def test_optional_and_keyword_masks_equal_their_string_rules(vocab_name):
     got = index.to_ids(names_.mask(b"", "optional"), neutral=False)
     want = np.array([bool(t) and optional_rule(NAMES, t) for t in vocab.tokens])
     assert np.array_equal(got, want), [vocab.tokens[i] for i in np.flatnonzero(got != want)[:8]]
-    for typed in ["", "app", "cou", "x"]:
+    for typed in ["", "app", "cou", "x", "app ", "x \n  ", "count\t"]:
         got = index.to_ids(names_.mask(typed.encode(), "keyword"), neutral=False)
         want = np.array([bool(t) and keyword_rule(NAMES, typed, t) for t in vocab.tokens])
         assert np.array_equal(got, want), [vocab.tokens[i] for i in np.flatnonzero(got != want)[:8]]
         refused = [vocab.tokens[i] for i in np.flatnonzero(~got & np.array([bool(t) for t in vocab.tokens]))]
         assert all(b"=" in t for t in refused)
-        if typed == "x":   # "x=" is not a parameter: every "=" that is not "==" is refused
-            assert b"=" in refused and b"==" not in refused
+        if typed.startswith("x"):   # "x=" is not a parameter: every "=" that is not "==" is refused
+            assert b"=" in refused and b" =" in refused and b"==" not in refused
+        if typed == "app ":         # "app =" is a keyword argument; "app x" is not
+            assert got[vocab.tokens.index(b" =")] and got[vocab.tokens.index(b"x")]
 
 
 def test_keyword_rule_on_written_cases():
@@ -131,7 +134,14 @@ def test_keyword_rule_on_written_cases():
     assert keyword_allows(names, b"", b"  kex")          # still growing: a positional argument?
     assert keyword_allows(names, b"kex", b"==")          # a comparison
     assert not keyword_allows(names, b"kex", b"=")       # "=" ending the token: read as a keyword
-    assert keyword_allows(names, b"kex", b" =")          # spaced: not checked
+    assert not keyword_allows(names, b"kex", b" =")      # "kex = ...": checked too
+    assert not keyword_allows(names, b"", b" kex =")
+    assert not keyword_allows(names, b"kex \n", b"\t= 1")  # a newline in the call's brackets
+    assert keyword_allows(names, b"key ", b"= 1")
+    assert keyword_allows(names, b"kex ", b"== 1")       # a comparison, spaced
+    assert keyword_allows(names, b"kex ", b" ")          # undecided: "=" may still come
+    assert keyword_allows(names, b"kex", b" + y=")       # an expression, not a name before "="
+    assert keyword_allows(names, b"kex ", b"y=")         # two words: not a keyword argument
     assert keyword_allows(names, b"ke", b"y=")
     assert keyword_allows(names, b"", b"=")              # no identifier before it
 

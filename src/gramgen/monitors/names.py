@@ -19,7 +19,9 @@ Two more modes relax (a)/(b) where an identifier is optional:
 * ``"optional"`` (``from m import |``): whitespace first is allowed; if an identifier
   starts it must obey (a)/(b); any other character ends the restriction;
 * ``"keyword"`` (``f(x, |``): whitespace first is allowed; any identifier may be written
-  (a positional argument), but one followed at once by ``=`` (not ``==``) must be in ``S``.
+  (a positional argument), but one followed by ``=`` (not ``==``), directly or after
+  whitespace (``name = value``; newlines too, as the call's brackets are open), must be in
+  ``S``. In this mode ``typed`` holds the identifier and the whitespace written after it.
 
 :meth:`NameSet.mask` computes a mode's mask for the whole vocabulary by walking the
 token trie (the byte-sorted :class:`~gramgen.automata.token_table.TokenTable`) in lock
@@ -300,23 +302,26 @@ class NameSet:
 
 def keyword_allows(names, typed: bytes, data: bytes) -> bool:
     """Whether ``data`` after ``typed`` obeys "keyword" mode (see the module docstring):
-    an identifier directly followed by ``=`` (and not ``==``) must be in ``names``."""
+    an identifier followed by ``=`` (and not ``==``), with or without whitespace between,
+    must be in ``names``."""
+    text = typed + data
     pos = 0
-    if not typed:
-        while pos < len(data) and data[pos] in WHITESPACE:
-            pos += 1
-    ident = bytearray(typed)
-    while pos < len(data):
-        char, size = _split_char(data[pos:])
+    while pos < len(text) and text[pos] in WHITESPACE:
+        pos += 1
+    start = pos
+    while pos < len(text):
+        char, size = _split_char(text[pos:])
         if char is None:
             return True           # a character still being written: undecided
         if not is_identifier_char(char):
             break
-        ident += data[pos:pos + size]
         pos += size
-    if pos >= len(data) or data[pos] != 0x3D or not ident:
+    ident = text[start:pos]
+    while pos < len(text) and text[pos] in WHITESPACE:
+        pos += 1
+    if pos >= len(text) or text[pos] != 0x3D or not ident:
         return True
-    if pos + 1 < len(data) and data[pos + 1] == 0x3D:
+    if pos + 1 < len(text) and text[pos + 1] == 0x3D:
         return True               # "==": a comparison, not a keyword argument
     return ident.decode("utf-8") in names
 

@@ -43,6 +43,7 @@ log = logging.getLogger("gramgen.monitors")
 
 _KEEP, _DONE, _REFUSE = range(3)
 _SPACE = frozenset(WHITESPACE.decode())
+_SPACE_CHARS = WHITESPACE.decode()
 #: the first bytes of tokens that can fire a trigger (see python.py: ``.``, ``(``, ``,``
 #: and the whitespace after ``import``)
 _HOT_FIRST = b".(, \t\f"
@@ -101,9 +102,10 @@ class Session:
 
 
 class _Armed:
-    """A trigger that fired and what was typed since. ``real``: it fired in emitted text
-    (else inside the candidate token being judged). ``eq``: the identifier was just
-    followed by ``=`` (keyword mode: ``==`` or a keyword argument?)."""
+    """A trigger that fired and what was typed since (keyword mode: the identifier and the
+    whitespace after it). ``real``: it fired in emitted text (else inside the candidate
+    token being judged). ``eq``: the identifier was just followed by ``=`` (keyword mode:
+    ``==`` or a keyword argument?)."""
 
     __slots__ = ("trigger", "typed", "real", "eq")
 
@@ -176,15 +178,7 @@ class MonitorState:
         if mode == "keyword":
             if armed.eq:
                 return _DONE if char == "=" or self._keyword_ok(armed) else _REFUSE
-            if ident:
-                armed.typed += char
-                return _KEEP
-            if char in _SPACE and not armed.typed:
-                return _KEEP
-            if char == "=" and armed.typed:
-                armed.eq = True
-                return _KEEP
-            return _DONE
+            return self._keyword_step(armed, char, ident)
         if not armed.typed and not ident:
             if mode == "optional":
                 return _KEEP if char in _SPACE else _DONE
@@ -202,19 +196,41 @@ class MonitorState:
             return _DONE
         return _REFUSE
 
+    @staticmethod
+    def _keyword_step(armed: _Armed, char: str, ident: bool) -> int:
+        """Keyword mode before any ``=``: an identifier grows, whitespace may follow it
+        (``name = value``: the trigger stays armed), and ``=`` after it is kept for the
+        next character to tell ``name=`` from ``name==``."""
+        typed = armed.typed
+        if ident:
+            if typed and typed[-1] in _SPACE:
+                return _DONE          # a second word: not a keyword argument
+            armed.typed += char
+            return _KEEP
+        if char in _SPACE:
+            if typed:
+                armed.typed += char
+            return _KEEP
+        if char == "=" and typed:
+            armed.eq = True
+            return _KEEP
+        return _DONE
+
     def _keyword_ok(self, armed: _Armed) -> bool:
         names = self._names(armed)
         if names is None:
             return True
         if names is UNVERIFIED:
             return False
-        return armed.typed in names
+        return armed.typed.rstrip(_SPACE_CHARS) in names
 
     def _trusting_step(self, char: str) -> int:
         """The armed trigger's course on emitted text, without asking for names (the text
         was checked already, or is the document): an identifier grows until it ends."""
         armed = self.armed
         mode = armed.trigger.kind.mode
+        if mode == "keyword":   # "=" ends it: "name=" was checked when written
+            return _DONE if char == "=" else self._keyword_step(armed, char, is_identifier_char(char))
         if is_identifier_char(char) and not armed.eq:
             armed.typed += char
             return _KEEP
