@@ -257,7 +257,12 @@ def test_document_advances_only_over_what_changed():
     with pytest.raises(gramgen.TextRejected) as info:
         doc.update(edited + "y = x.)")
     assert info.value.line == edited.count("\n") + 1
+    assert doc.text == (edited + "y = x.").encode()   # kept up to the last place it knew
+    with pytest.raises(gramgen.TextRejected):
+        doc.update(edited + "y = x.)\nz = 1\n")
+    before = doc.bytes_advanced
     assert np.array_equal(doc.update(edited + "y = x.").mask(), fresh.mask())   # still usable
+    assert doc.bytes_advanced - before <= len("y = x.")
 
 
 def test_matcher_after_reuses_documents():

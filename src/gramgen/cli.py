@@ -1,5 +1,6 @@
 """The ``gramgen`` command: ``extract`` (documents -> JSON), ``check`` (records vs a schema),
-``bench`` (the benchmark of a repository checkout)."""
+``lsp`` (a code-completion language server on stdio), ``bench`` (the benchmark of a
+repository checkout). Also ``python -m gramgen``."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ class Document:
     fresh :class:`~gramgen.Matcher` (a fork: advance it freely) at the end of the text; a
     text that no word of the grammar starts with raises :class:`~gramgen.TextRejected`
     (line and column of the first byte that cannot continue), leaving the document at the
-    longest line-aligned part of the old text it shares. Thread-safe.
+    start of that line, so that the next update (the line fixed) starts there. Thread-safe.
     """
 
     def __init__(self, compiled):
@@ -50,11 +50,10 @@ class Document:
             self._matcher._restore(chart_length, layout)
             self._text = data[:offset]
             rest = data[offset:]
-            before = len(self._marks)
             failed = self._matcher._advance_bytes(rest, self._marks, offset)
             self.bytes_advanced += len(rest)
-            if failed is not None:
-                del self._marks[before:]
+            if failed is not None:   # the state stays at the last line start before it
+                self._text = data[:self._marks[-1][0]]
                 raise text_rejected(data, offset + failed)
             self._text = data
             return self._matcher.fork()

@@ -364,8 +364,9 @@ class IndentedMatcher(Matcher):
             found = scan(layout, data[start:end])
             if found is None or not self._feed(found[1]):
                 failed = start + self._first_failure(data[start:end])   # from the line's start
-                del self._chart[n:]
-                self._layouts[-1] = before
+                if marks is None:
+                    del self._chart[n:]
+                    self._layouts[-1] = before
                 return failed
             layout = self._layouts[-1] = found[0]
             start = end

@@ -276,15 +276,17 @@ class Matcher:
             raise text_rejected(data, failed)
 
     def _advance_bytes(self, data: bytes, marks: list | None = None, offset: int = 0) -> int | None:
-        """Step the chart over ``data`` (None) or leave it unchanged and return the offset
-        of the first byte that leaves the language. ``marks``: receives ``(offset + end of
-        each line, chart length, layout)`` for :class:`~gramgen.runtime.Document`."""
+        """Step the chart over ``data`` (None) or return the offset of the first byte that
+        leaves the language, with the state unchanged, or with ``marks`` (for
+        :class:`~gramgen.runtime.Document`) at the start of the line that holds it.
+        ``marks`` receives ``(offset + end of each line, chart length, layout)``."""
         n = len(self._chart)
         start = 0
         for end in _line_ends(data):
             if not self._feed(data[start:end]):
                 failed = start + self._first_failure(data[start:end])   # from the line's start
-                del self._chart[n:]
+                if marks is None:
+                    del self._chart[n:]
                 return failed
             start = end
             if marks is not None:
