@@ -458,8 +458,7 @@ def report(data: dict) -> str:
         f"**{'met' if goal['no_hallucinated_member_where_known'] else 'not met'}** "
         f"({goal['hallucinated_members_with_monitor_where_known']}). Keyword names not among the "
         f"parameters with the monitor where jedi knows them: {goal['hallucinated_keywords_with_monitor_where_known']}, "
-        f"{goal['of_which_spaced']} of them written `name = value` (the monitor's keyword mode checks "
-        "an identifier directly followed by `=`, and lets a spaced `=` through). Outputs that ended inside a name "
+        f"{goal['of_which_spaced']} of them written `name = value`. Outputs that ended inside a name "
         f"(`max_new_tokens` ran out; no match, and hallucinated only if no valid name starts so): "
         f"{by['all']['unfinished']}. \"no name at cursor\": a member site's output does not start with "
         "an identifier, a keyword site's writes no `name=` (a positional argument, a closing paren).",
@@ -555,9 +554,9 @@ def report(data: dict) -> str:
 def _why(record: dict) -> str:
     """Why the monitor let a name jedi does not know through, as far as the record says."""
     if record.get("in_fstring"):
-        return "inside an f-string's replacement field: the scanner reads f-strings whole, no trigger fires"
+        return "inside an f-string's replacement field"
     if record["monitor"]["spaced"]:
-        return "`name = value`: the keyword mode checks only an identifier directly followed by `=`"
+        return "`name = value` (spaces around `=`)"
     if not record["monitor"]["queries"]:
         return "no trigger fired at the cut"
     return "?"
