@@ -48,17 +48,22 @@ class Target:
     constraint: Constraint | None = None
     is_json: bool = False
     model: type | None = None
-    #: with ``prefix=``: per prompt, the matcher advanced over its document's start; the
-    #: i-th state made starts from the i-th (every sampler makes one per prompt, in order)
+    #: with ``prefix=``: per prompt, the matcher advanced over its document's start
     starts: tuple = ()
-    made_starts: list = field(default_factory=list, compare=False, hash=False)
+    #: the states made so far: the i-th belongs to the i-th prompt (every sampler makes
+    #: one per prompt, in order)
+    made: list = field(default_factory=list, compare=False, hash=False)
 
     def new_state(self) -> Constraint:
         """A fresh constraint state for one sequence."""
+        state = self._state(len(self.made))
+        self.made.append(state)
+        return state
+
+    def _state(self, i: int) -> Constraint:
+        """The fresh state of the ``i``-th sequence made."""
         if self.starts:
-            start = self.starts[min(len(self.made_starts), len(self.starts) - 1)]
-            self.made_starts.append(start)
-            return MatcherConstraint(start.fork())
+            return MatcherConstraint(self.starts[min(i, len(self.starts) - 1)].fork())
         if self.compiled is not None:
             return MatcherConstraint(self.compiled.matcher())
         return self.constraint.fork()
@@ -66,20 +71,16 @@ class Target:
 
 @dataclass(frozen=True)
 class _Monitored(Target):
-    """A target whose every sequence's constraint is conjoined with ``monitors=``; the
-    i-th state made belongs to the i-th prompt (every sampler makes one per prompt, in
-    order) and starts from that prompt's document."""
+    """A target whose every sequence's constraint is conjoined with ``monitors=``, each
+    starting from its prompt's document."""
 
     monitors: tuple[Monitor, ...] = ()
     vocab: Vocabulary | None = None
     documents: tuple[str, ...] = ()
-    made: list = field(default_factory=list, compare=False, hash=False)
 
-    def new_state(self) -> Constraint:
-        document = self.documents[len(self.made)] if len(self.made) < len(self.documents) else ""
-        state = monitored(super().new_state(), self.monitors, self.vocab, document)
-        self.made.append(state)
-        return state
+    def _state(self, i: int) -> Constraint:
+        document = self.documents[i] if i < len(self.documents) else ""
+        return monitored(super()._state(i), self.monitors, self.vocab, document)
 
 
 _compiled_by_text: LRU[tuple, CompiledGrammar] = LRU(64)

@@ -139,16 +139,18 @@ class CompiledGrammar:
         no word of the language starts with it. The last :attr:`DOCUMENTS` texts are kept
         as :class:`~gramgen.Document` s: a text that shares a start with one of them (the
         same file after an edit) is advanced only from the last line start they share."""
+        data = text.encode("utf-8", errors="surrogatepass") if isinstance(text, str) else text
         with self._lock:
             docs = self._documents
-            best = max(docs, key=lambda d: d.common_prefix(text), default=None)
-            if best is None or best.common_prefix(text) == 0 and len(docs) < self.DOCUMENTS:
+            shared, best = max(((d.common_prefix(data), d) for d in docs), key=lambda p: p[0],
+                               default=(0, None))
+            if best is None or shared == 0 and len(docs) < self.DOCUMENTS:
                 best = Document(self)
             else:
                 docs.remove(best)
             docs.append(best)
             del docs[:-self.DOCUMENTS]
-        return best.update(text)
+        return best.update(data)
 
     # -- caches shared by matchers ---------------------------------------------------------
 

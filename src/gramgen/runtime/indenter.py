@@ -37,7 +37,7 @@ import numpy as np
 from ..automata import bitmask
 from ..errors import TokenRejected
 from ..grammar.lark import BRACKET_NEWLINE, DEDENT_MARKER, INDENT_MARKER
-from .matcher import Matcher, _line_ends
+from .matcher import Matcher
 
 __all__ = ["IndentedMatcher", "Layout"]
 
@@ -279,8 +279,8 @@ class IndentedMatcher(Matcher):
         base = len(chart)
         datas = sorted((vocab.token_bytes(t), i) for i, t in enumerate(tokens.tolist()))
         out = np.zeros(len(datas), dtype=bool)
-        # path[d] = (layout, chart length) after the first d bytes of the current token;
-        # dead[...] below the shared prefix means that prefix already failed
+        # path[d] = (layout, chart length) after the first d bytes of the current token
+        # (only as far as those bytes were allowed)
         path = [(self._layouts[-1], base)]
         prev = b""
         try:
@@ -356,35 +356,8 @@ class IndentedMatcher(Matcher):
         self._tokens.append(token_id)
         self._layouts.append(found[0])
 
-    def _advance_bytes(self, data: bytes, marks: list | None = None, offset: int = 0) -> int | None:
-        layout = before = self._layouts[-1]
-        n = len(self._chart)
-        start = 0
-        for end in _line_ends(data):
-            found = scan(layout, data[start:end])
-            if found is None or not self._feed(found[1]):
-                failed = start + self._first_failure(data[start:end])   # from the line's start
-                if marks is None:
-                    del self._chart[n:]
-                    self._layouts[-1] = before
-                return failed
-            layout = self._layouts[-1] = found[0]
-            start = end
-            if marks is not None:
-                marks.append((offset + end, len(self._chart), layout))
-        return None
-
-    def _first_failure(self, data: bytes) -> int:
-        layout, n = self._layouts[-1], len(self._chart)
-        try:
-            for i in range(len(data)):
-                found = scan(layout, data[i:i + 1])
-                if found is None or not self._feed(found[1], sign=False):
-                    return i
-                layout = found[0]
-            return len(data)
-        finally:
-            del self._chart[n:]
+    def _scan(self, layout, data: bytes) -> tuple | None:
+        return scan(layout, data)
 
     def _layout_state(self):
         return self._layouts[-1]
@@ -455,18 +428,15 @@ class IndentedMatcher(Matcher):
                     continue
                 allowed[group] = bitmask.unpack(group_words, self._cg.vocab_size)[group]
             words = bitmask.pack(allowed)
-        allowed = None
         scanned = facts.scanned
         if scanned.size:
             allowed = bitmask.unpack(words, self._cg.vocab_size).copy()
             allowed[scanned] = self._try_all(scanned)
             words = bitmask.pack(allowed)
         words = words & facts.no_marker_words
+        accepting = self.is_accepting()   # EOS: where the text may end, not the chart
         for eos in self._cg.vocab.eos_token_ids:
             if 0 <= eos < self._cg.vocab_size:
-                words[eos >> 5] &= ~np.uint32(1 << (eos & 31))
-        if self.is_accepting():
-            for eos in self._cg.vocab.eos_token_ids:
-                if 0 <= eos < self._cg.vocab_size:
-                    words[eos >> 5] |= np.uint32(1 << (eos & 31))
+                bit = np.uint32(1 << (eos & 31))
+                words[eos >> 5] = (words[eos >> 5] | bit) if accepting else (words[eos >> 5] & ~bit)
         return words

@@ -244,20 +244,10 @@ class Matcher:
         data = self._token_bytes(token_id)
         if not data:
             raise TokenRejected(token_id, position, "special or empty tokens are never allowed")
-        chart = self._chart
-        n = len(chart)
-        tables = self._tables
-        intern = cg.intern()
-        last = len(data) - 1
-        for i, b in enumerate(data):
-            s = tables.step(chart, b)
-            if s is None:
-                del chart[n:]
-                raise TokenRejected(token_id, position,
-                                    f"byte {i} of {data!r} leaves the language")
-            chart.append(s)
-            if s.items or i == last:
-                s.sig = tables.signature(chart, len(chart) - 1, intern)
+        n = len(self._chart)
+        if not self._feed(data):
+            raise TokenRejected(token_id, position, f"byte {self._first_failure(None, data)} of "
+                                f"{data!r} leaves the language")
         self._bounds.append(n)
         self._tokens.append(token_id)
 
@@ -280,29 +270,41 @@ class Matcher:
         leaves the language, with the state unchanged, or with ``marks`` (for
         :class:`~gramgen.runtime.Document`) at the start of the line that holds it.
         ``marks`` receives ``(offset + end of each line, chart length, layout)``."""
+        layout = before = self._layout_state()
         n = len(self._chart)
         start = 0
         for end in _line_ends(data):
-            if not self._feed(data[start:end]):
-                failed = start + self._first_failure(data[start:end])   # from the line's start
+            found = self._scan(layout, data[start:end])
+            if found is None or not self._feed(found[1]):
+                failed = start + self._first_failure(layout, data[start:end])   # from the line's start
                 if marks is None:
-                    del self._chart[n:]
+                    self._restore(n, before)
                 return failed
+            layout = found[0]
+            self._restore(len(self._chart), layout)
             start = end
             if marks is not None:
-                marks.append((offset + end, len(self._chart), self._layout_state()))
+                marks.append((offset + end, len(self._chart), layout))
         return None
 
-    def _first_failure(self, data: bytes) -> int:
-        """The offset of the byte of ``data`` at which stepping from here fails."""
+    def _first_failure(self, layout, data: bytes) -> int:
+        """The offset of the byte of ``data`` at which stepping from here (with ``layout``)
+        fails; the state is left as it was."""
         n = len(self._chart)
         try:
             for i in range(len(data)):
-                if not self._feed(data[i:i + 1], sign=False):
+                found = self._scan(layout, data[i:i + 1])
+                if found is None or not self._feed(found[1], sign=False):
                     return i
+                layout = found[0]
             return len(data)
         finally:
             del self._chart[n:]
+
+    def _scan(self, layout, data: bytes) -> tuple | None:
+        """``(layout after data, the bytes the chart is fed for it)``, None where the text
+        cannot go on (see IndentedMatcher); here the bytes themselves."""
+        return layout, data
 
     def _feed(self, data: bytes, sign: bool = True) -> bool:
         """Step the chart over ``data``; False (chart unchanged) when it leaves the
@@ -328,7 +330,7 @@ class Matcher:
         return None
 
     def _restore(self, chart_length: int, layout) -> None:
-        """Back to a text position recorded by :meth:`_advance_bytes` (no tokens advanced)."""
+        """To a text position recorded by :meth:`_advance_bytes` (no tokens advanced)."""
         del self._chart[chart_length:]
 
     def advance_many(self, token_ids: Iterable[int]) -> None:
