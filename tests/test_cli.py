@@ -413,3 +413,15 @@ def test_the_readme_try_it_extracts_the_right_values(tmp_path, monkeypatch):
         value = got[f"examples/people/{stem}.txt"]
         assert (value["name"], value["birth_year"]) == (name, year), value
         assert occupation in value["occupation"].lower(), value
+
+
+def test_python_dash_m_gramgen_is_the_command():
+    """``python -m gramgen`` runs the same command line as ``gramgen`` (its subcommands,
+    ``lsp`` among them, and its exit status)."""
+    out = subprocess.run([sys.executable, "-m", "gramgen", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "extract" in out.stdout and "lsp" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "gramgen", "no-such-command"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode != 0 and "no-such-command" in bad.stderr
