@@ -32,6 +32,7 @@ EXTRA_EXPORTS = {
                 "half-written file, issue 22: advance only over what changed)",
     "TextRejected": "the error for a document start no word of the grammar continues "
                     "(generate(prefix=...), Document.update), with its line and column",
+    "InfillResult": "the type Infiller.check returns (api.md §7: r.feasible, r.witness)",
 }
 
 #: mentioned in sections 1-6 but introduced by section 7 as not built yet: section 4 writes

@@ -13,13 +13,14 @@ from .errors import (CompileLimitError, ConfigurationError, GramgenError, Gramma
 from .generation import ASAp, GenerationResult, GenerationStats, Speculation, generate
 from .grammar import Grammar
 from .hf import LogitsProcessor, Model, load_model
-from .runtime import CompiledGrammar, CompileOptions, Document, Matcher, compile
+from .runtime import CompiledGrammar, CompileOptions, Document, Hole, Infiller, InfillResult, Matcher, compile
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ASAp", "CompileLimitError", "CompileOptions", "CompiledGrammar", "ConfigurationError", "Document",
-    "GenerationResult", "GenerationStats", "GramgenError", "Grammar", "GrammarError",
+    "GenerationResult", "GenerationStats", "GramgenError", "Grammar", "GrammarError", "Hole", "InfillResult",
+    "Infiller",
     "LogitsProcessor", "Matcher", "Model", "SchemaError", "Speculation", "TextRejected", "TokenRejected",
     "TokenizerError",
     "UnknownKeywordWarning", "Vocabulary", "__version__", "allocate_token_bitmask", "compile", "generate", "load_model",

@@ -4,6 +4,8 @@ from .compile import CompileOptions, compile
 from .compiled import CompiledGrammar
 from .document import Document
 from .indenter import IndentedMatcher
+from .infiller import Hole, Infiller, InfillResult
 from .matcher import Matcher
 
-__all__ = ["CompileOptions", "CompiledGrammar", "Document", "IndentedMatcher", "Matcher", "compile"]
+__all__ = ["CompileOptions", "CompiledGrammar", "Document", "Hole", "IndentedMatcher", "InfillResult", "Infiller",
+           "Matcher", "compile"]
