@@ -217,8 +217,11 @@ def _infeasible(inf: Infiller, parts: list, stats: FillStats) -> GramgenError:
             what = (f"the fixed text {part.decode('utf-8', 'replace')!r}" if isinstance(part, bytes)
                     else f"the hole {part!r}")
             where = "starts the template" if k == 0 else "follows what comes before it"
+            before = parts[k - 1] if k else None
+            hint = (f" (or the bounds of the hole before it, {before!r}, are too tight)"
+                    if isinstance(before, Hole) and before != Hole() else "")
             return ConfigurationError(f"template[{k}]: no word of the grammar has {what} where it "
-                                      f"{where}: check the fixed text against the grammar's layout")
+                                      f"{where}{hint}: check the fixed text against the grammar's layout")
     return ConfigurationError("no filling of the holes completes this template to a word of the "
                               "grammar (the last fixed text cannot end it, or the holes' bounds are "
                               "too tight)")
@@ -324,7 +327,8 @@ def fill(model: LanguageModel, template: SequenceOf[str | Hole], *, schema: Any 
                     and 0 <= int(t) < model.vocab.size for t in prompt)):
         raise ConfigurationError("prompt must be a string, a non-empty list of token ids of the "
                                  f"model's vocabulary, or None, not {prompt!r:.60}")
-    fmt = fim_format(model) if fim is not False else None
+    found = fim_format(model)
+    fmt = found if fim is not False else None
     if fim is True and fmt is None:
         raise ConfigurationError("fim=True, but the model's tokenizer has no fill-in-the-middle tokens "
                                  "(<fim_prefix>, <｜fim▁begin｜>, <PRE>, ...): use fim='auto' or False")
@@ -334,7 +338,7 @@ def fill(model: LanguageModel, template: SequenceOf[str | Hole], *, schema: Any 
     target = target_for(model.vocab, schema=schema, grammar=grammar, lark=lark, gbnf=gbnf, regex=regex,
                         whitespace=whitespace, strict=strict)
     filler = _Filler(model, target.compiled, parts, fmt, prompt, chat, int(max_new_tokens),
-                     float(temperature), seed)
+                     float(temperature), seed, banned=found.marker_ids if found is not None else ())
     result = filler.run()
     result.value, result.error = _value(result.text, target)
     result.stats.seconds = time.perf_counter() - t0
@@ -362,7 +366,8 @@ class _Filler:
     """The state of one :func:`fill` call: the text so far, the model context, the stats."""
 
     def __init__(self, model, cg: CompiledGrammar, parts: list, fmt: FimFormat | None, prompt,
-                 chat: bool, max_new_tokens: int, temperature: float, seed: int | None):
+                 chat: bool, max_new_tokens: int, temperature: float, seed: int | None,
+                 banned=()):
         self.model, self.cg, self.vocab = model, cg, model.vocab
         self.parts, self.fmt = parts, fmt
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
@@ -371,7 +376,8 @@ class _Filler:
         self.stats = FillStats()
         self.encode = _Encoder(model, cg)
         self.eos = frozenset(self.vocab.eos_token_ids)
-        self.banned = frozenset(fmt.marker_ids) if fmt is not None else frozenset()
+        #: FIM markers: control tokens, never text (even when not prompting with them)
+        self.banned = frozenset(int(t) for t in banned)
         self.prompt_text = prompt if isinstance(prompt, str) else None
         if fmt is not None:
             self.prompt_ids: list[int] = []
