@@ -322,7 +322,8 @@ class Infiller:
                 n_sets, j = run.last + 1, 0
             else:
                 j = 0
-                a, b = parts[i], run.parts[i]
+                a = parts[i] if i < len(parts) else None
+                b = run.parts[i]
                 if isinstance(a, bytes) and isinstance(b, bytes):
                     while j < len(a) and j < len(b) and a[j] == b[j]:
                         j += 1
