@@ -118,11 +118,16 @@ def summarize(rows: list[dict], configs: list[str]) -> dict[str, dict]:
             "seconds_per_document": sum(r["seconds"] for r in mine) / len(mine),
             "forward_passes_per_document": sum(r["forward_passes"] for r in mine) / len(mine),
             "new_tokens_per_document": sum(r["new_tokens"] for r in mine) / len(mine),
-            "checks_per_document": (sum(r["checks"] for r in mine) / len(mine)) if "checks" in mine[0] else None,
-            "rejections_per_document": (sum(r["rejections"] for r in mine) / len(mine)) if "rejections" in mine[0] else None,
+            "checks_per_document": _mean(mine, "checks"),
+            "rejections_per_document": _mean(mine, "rejections"),
             "witness_completed": sum(r.get("finish_reason", "done") != "done" for r in mine),
         }
     return summary
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    """The mean of ``key`` over ``rows`` (None when the configuration does not report it)."""
+    return sum(r[key] for r in rows) / len(rows) if key in rows[0] else None
 
 
 def _pct(x) -> str:
@@ -152,6 +157,7 @@ def report(summary: dict, meta: dict) -> str:
               f"{_num(s['seconds_per_document'], 2)} | {_num(s['forward_passes_per_document'])} | "
               f"{_num(s['new_tokens_per_document'])} | {_num(s['checks_per_document'])} | "
               f"{_num(s['rejections_per_document'])} |")
+    witnessed = sum(s["witness_completed"] for s in summary.values())
     lines += ["",
               "Valid: the output parses and validates against the schema (`jsonschema`). Field accuracy: "
               "the share of gold fields the output states exactly (as `bench/extraction.py` scores). "
@@ -160,9 +166,8 @@ def report(summary: dict, meta: dict) -> str:
               "holes; left-to-right: every output token, forced keys included). Infiller checks: "
               "`Infiller` questions (a token placed in a hole, a hole closed); refused: candidates the prefix "
               "matcher or the infiller turned down. "
-              + (f"{sum(s['witness_completed'] for s in summary.values())} outputs were completed from the "
-                 "infiller's witness (token budget or dead end)." if any(s["witness_completed"] for s in summary.values())
-                 else "No output needed the infiller's witness (every hole was closed by the model)."),
+              + (f"{witnessed} outputs were completed from the infiller's witness (token budget or dead end)."
+                 if witnessed else "No output needed the infiller's witness (every hole was closed by the model)."),
               "Templates: `fill` has the keys fixed and each value a `Hole()`, e.g. "
               "`['{\"name\": ', Hole(), ', \"birth_year\": ', Hole(), ...,  '}']`; `fill-quoted` fixes the quotes "
               "of string values too (`'{\"name\": \"', Hole(), '\", \"birth_year\": ', Hole(), ...`). SmolLM2's "

@@ -17,7 +17,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import hf_tokenizer, vocabulary
+from conftest import ROOT, hf_tokenizer, vocabulary
 from synthetic import small_vocab
 
 import gramgen
@@ -326,3 +326,23 @@ def test_smollm2_fills_a_person_template():
     assert "Curie" in result.value["name"]
     assert result.stats.forward_passes <= result.stats.new_tokens + 3
     assert np.isfinite(result.stats.seconds)
+
+
+def test_bench_templates_spell_the_gold_values_in_the_default_layout():
+    """bench/fill.py's templates: the gold values in the holes give the gold object in the
+    layout generate() uses, so fill and left-to-right are asked for the same text."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from bench.extraction import load_documents
+    from bench.fill import template_for
+
+    for doc in load_documents(3):
+        grammar = gramgen.Grammar.from_json_schema(doc["schema"], whitespace="standard", strict=True)
+        gold = doc["gold"]
+        for quoted in (False, True):
+            values = [json.dumps(v, ensure_ascii=False) for v in gold.values()]
+            if quoted:
+                values = [v[1:-1] if isinstance(g, str) else v for v, g in zip(values, gold.values())]
+            text = interleave(template_for(doc["schema"], quoted), values)
+            assert text == json.dumps(gold, ensure_ascii=False) and accepts(grammar, text)
