@@ -122,6 +122,12 @@ class LatticeParser:
         self._is_ignore = t.is_ignore
         self._ignore = t.ignore_lexemes
         self._rows, self._accept = t.lex_rows, t.lex_accept
+        # the items a position reached without reading (an ignored lexeme, an empty edge)
+        # takes over: those with something before the dot, or waiting at the start of the
+        # start rule, or accepting; an item with nothing read is predicted there anew
+        starts = set(t.rule_first[1:])
+        self._carried = frozenset(i for i, nxt in enumerate(t.item_next)
+                                  if i not in starts and (nxt != END or i == t.accept_item))
         start = PositionSet(loop=False)
         self.sets.append(start)
         self._close(start, 0, [("i", t.rules_of[0][0], 0, ("P",))])
@@ -144,8 +150,11 @@ class LatticeParser:
         for src, label in edges:
             old = self.sets[src]
             if label == EPS:
-                for key, _ in old.items.items():
-                    agenda.append(("i", key[0], key[1], ("C", src)))
+                how = ("C", src)
+                carried = self._carried
+                for key in old.items:
+                    if key[0] in carried:
+                        agenda.append(("i", key[0], key[1], how))
                 for (k, d), origins in old.scans.items():
                     for o in origins:
                         agenda.append(("s", k, d, o, ("C", src)))
@@ -169,12 +178,29 @@ class LatticeParser:
         self.sets.append(new)
         return q
 
+    def jump(self, src: int, data: bytes, moves) -> int | None:
+        """Add a position reached from ``src`` over ``data`` by lexemes that go on matching
+        through all of it: ``moves`` lists ``(lexeme, state at src, state after data)``
+        (the caller knows no lexeme can end strictly inside ``data``)."""
+        scans = self.sets[src].scans
+        agenda = [("s", k, d2, o, ("M", src, data, d)) for k, d, d2 in moves for o in scans[(k, d)]]
+        if not agenda:
+            return None
+        q = len(self.sets)
+        new = PositionSet(False)
+        self._close(new, q, agenda)
+        if not new:
+            return None
+        self.sets.append(new)
+        return q
+
     def _close(self, here: PositionSet, q: int, agenda: list) -> None:
         """Run the agenda to a fixed point in the set at position ``q``."""
         sets = self.sets
         item_next, item_lhs, N = self._item_next, self._item_lhs, self._N
         is_ignore, accept = self._is_ignore, self._accept
         items, waiting, done, scans = here.items, here.waiting, here.done, here.scans
+        carried = self._carried
         work = 0
         while agenda:
             entry = agenda.pop()
@@ -229,9 +255,10 @@ class LatticeParser:
                 done[key] = how
                 origin_set = here if o == q else sets[o]
                 if sym >= N and is_ignore[sym - N]:
-                    for (i, o2) in list(origin_set.items):
-                        if item_next[i] != END or i == self.tables.accept_item:
-                            agenda.append(("i", i, o2, ("I", o, sym)))
+                    how = ("I", o, sym)
+                    for key in list(origin_set.items):
+                        if key not in items and key[0] in carried:
+                            agenda.append(("i", key[0], key[1], how))
                 else:
                     for (i, o2) in list(origin_set.waiting.get(sym, ())):
                         agenda.append(("i", i + 1, o2, ("A", o, sym)))
@@ -304,6 +331,10 @@ class LatticeParser:
                     elif tag == "B":
                         _, src, b, d = how
                         spelled.append((q, b))
+                        q = src
+                    elif tag == "M":  # several bytes at once (see jump)
+                        _, src, data, d = how
+                        spelled.extend((q, b) for b in reversed(data))
                         q = src
                     else:  # "W": a shortest string through a looping position
                         _, d, path = how

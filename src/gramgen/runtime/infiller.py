@@ -168,6 +168,7 @@ class Infiller:
         self._tt = compiled.token_table
         self._eos = frozenset(compiled.vocab.eos_token_ids)
         self._runs: list[_Run] = []
+        self._classes: dict = {}  # (lexeme, state, depth) -> per-token outcome (see _token_classes)
         self._lock = threading.RLock()
 
     # -- the questions ------------------------------------------------------------------
@@ -398,33 +399,115 @@ class Infiller:
             last = parser.extend(((last, ANY), (last, EPS)))
         return last
 
+    #: a trie node inside lexemes only (no parser items) with at least this many tokens
+    #: below it is classified for all of them at once (see :meth:`_jumps`)
+    JUMP_MIN = 24
+
     def _token_ends(self, parser: LatticeParser, root: int):
         """Walk the vocabulary's byte trie from position ``root``: yields (position after a
-        whole token, the ranks of the tokens spelled there), pruning dead prefixes."""
+        whole token, the ranks of the tokens spelled there), pruning dead prefixes.
+
+        Below a node where only lexemes are being matched, the tokens that cannot end a
+        lexeme before their last byte are moved to their end in one step per distinct
+        outcome (:meth:`_jumps`); only the others are walked byte by byte."""
         spelled = self._tt.sorted_bytes
-        stack = [(root, 0, 0, len(spelled))]
+        stack = [(root, 0, 0, len(spelled), None, True)]
         while stack:
-            pos, depth, lo, hi = stack.pop()
+            pos, depth, lo, hi, only, may_jump = stack.pop()
             ends = lo
             while ends < hi and len(spelled[ends]) == depth:
                 ends += 1
             if ends > lo and depth:
-                yield pos, list(range(lo, ends))
+                ranks = [r for r in range(lo, ends) if only is None or only[r]]
+                if ranks:
+                    yield pos, ranks
             lo = ends
             if lo >= hi:
                 continue
+            here = parser.sets[pos]
+            if may_jump and depth and not here.items and not here.loop and hi - lo >= self.JUMP_MIN:
+                walk = yield from self._jumps(parser, pos, depth, lo, hi, only)
+                if walk is not None:
+                    stack.append((pos, depth, lo, hi, walk, False))
+                continue
+            count = None if only is None else np.concatenate(([0], np.cumsum(only[lo:hi])))
             allowed = parser.allowed_bytes(pos)
             groups = []
             while lo < hi:
                 b = spelled[lo][depth]
                 top = hi if b == 255 else bisect.bisect_left(spelled, spelled[lo][:depth] + bytes((b + 1,)), lo, hi)
-                if (allowed >> b) & 1:
+                if (allowed >> b) & 1 and (count is None or count[top - ends] > count[lo - ends]):
                     groups.append((b, lo, top))
                 lo = top
             for b, g_lo, g_hi in reversed(groups):
                 nxt = parser.extend(((pos, b),))
                 if nxt is not None:
-                    stack.append((nxt, depth + 1, g_lo, g_hi))
+                    stack.append((nxt, depth + 1, g_lo, g_hi, only, True))
+
+    def _jumps(self, parser: LatticeParser, pos: int, depth: int, lo: int, hi: int, only):
+        """The tokens of ranks ``lo..hi`` (sharing their first ``depth`` bytes, read up to
+        position ``pos``, where only lexemes are being matched): yields (position, ranks)
+        for those that no lexeme can end inside, one position per distinct set of end
+        states; returns the ranks to walk byte by byte (a bool array, or None)."""
+        keys = list(parser.sets[pos].scans)
+        n = hi - lo
+        alive = np.zeros(n, dtype=bool)
+        exits = np.zeros(n, dtype=bool)
+        outcome = np.empty((len(keys), n), dtype=np.int32)
+        for i, (k, d) in enumerate(keys):
+            end, exit_ = self._token_classes(k, d, depth)
+            outcome[i] = end[lo:hi]
+            alive |= end[lo:hi] >= 0
+            exits |= exit_[lo:hi]
+        if only is not None:
+            alive &= only[lo:hi]
+            exits &= only[lo:hi]
+        parser.work += n // 16 + 1
+        jump = np.flatnonzero(alive & ~exits)
+        if len(jump):
+            groups, which = np.unique(outcome[:, jump], axis=1, return_inverse=True)
+            which = which.reshape(-1)
+            order = np.argsort(which, kind="stable")
+            bounds = np.searchsorted(which[order], np.arange(groups.shape[1] + 1))
+            spelled = self._tt.sorted_bytes
+            for g in range(groups.shape[1]):
+                members = jump[order[bounds[g]:bounds[g + 1]]] + lo
+                moves = [(k, d, int(groups[i, g])) for i, (k, d) in enumerate(keys) if groups[i, g] >= 0]
+                nxt = parser.jump(pos, spelled[members[0]][depth:], moves)
+                if nxt is not None:
+                    yield nxt, members.tolist()
+        if not exits.any():
+            return None
+        walk = np.zeros(len(self._tt.sorted_bytes), dtype=bool)
+        walk[lo:hi] = exits
+        return walk
+
+    def _token_classes(self, k: int, d: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Lexeme ``k`` from DFA state ``d`` over every token's bytes after its first
+        ``depth``: per rank, the state after them (-1: dead, or too short), and whether the
+        lexeme can end before the token's last byte. Made once per (k, d, depth)."""
+        key = (k, d, depth)
+        found = self._classes.get(key)
+        if found is None:
+            tt = self._tt
+            table, acc = self.compiled.sink_tables[k]
+            sink = len(acc) - 1
+            lengths = tt.lengths
+            state = np.full(len(lengths), sink, dtype=np.int32)
+            longer = lengths > depth
+            state[longer] = d
+            exits = np.zeros(len(lengths), dtype=bool)
+            for at in range(depth, tt.max_len):
+                idx = np.flatnonzero(lengths > at)
+                if not len(idx):
+                    break
+                idx = idx[state[idx] != sink]
+                state[idx] = table[state[idx], tt.columns[at, idx]]
+                inner = idx[lengths[idx] > at + 1]
+                exits[inner] |= acc[state[inner]]
+            end = np.where(state == sink, -1, state).astype(np.int32)
+            found = self._classes[key] = (end, exits)
+        return found
 
 
 def _budget(budget) -> int | None:
