@@ -33,6 +33,7 @@ EXTRA_EXPORTS = {
     "TextRejected": "the error for a document start no word of the grammar continues "
                     "(generate(prefix=...), Document.update), with its line and column",
     "InfillResult": "the type Infiller.check returns (api.md §7: r.feasible, r.witness)",
+    "FillResult": "the type fill() returns (text, fillings, value, stats)",
 }
 
 #: mentioned in sections 1-6 but introduced by section 7 as not built yet: section 4 writes

@@ -7,6 +7,7 @@ use and what each costs.
 """
 
 from .api import Target, generate, target_for
+from .fill import FillResult, FillStats, FimFormat, fill, fim_format
 from .constraint import (Constraint, EvaluationCounter, MatcherConstraint, PredicateConstraint,
                          as_constraint)
 from .lm import LanguageModel, Session, SyntheticLM, TransformersLM
@@ -18,8 +19,8 @@ from .speculation import Speculation, Speculator
 
 __all__ = [
     "ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSStep", "Choice", "Constrained", "Constraint", "Draft",
-    "EvaluationCounter", "FinishReason", "GenerationResult", "GenerationStats", "LanguageModel",
+    "EvaluationCounter", "FillResult", "FillStats", "FimFormat", "FinishReason", "GenerationResult", "GenerationStats", "LanguageModel",
     "MatcherConstraint", "PredicateConstraint", "SAMPLERS", "SMC", "SMCResult", "SamplerOptions",
     "Sequence", "Session", "Speculation", "Speculator", "SyntheticLM", "Target", "TransformersLM", "as_constraint", "awrs_step",
-    "generate", "run", "smc", "target_for",
+    "fill", "fim_format", "generate", "run", "smc", "target_for",
 ]
