@@ -10,7 +10,8 @@ A small grammar is given as Lark text. Two recognisers read it:
 - :meth:`Oracle.accepts` is a character-level Earley recogniser written here: the rules come
   from lark's grammar loader, each terminal is a Thompson NFA built from its regex with
   ``re``'s own parser, and a lexeme in progress is a thread beside the Earley items. It
-  decides a text one character at a time, so it can also decide prefixes.
+  reads a text one character at a time, and a text that no word begins with leaves it
+  with nothing, which is what lets :meth:`Oracle.search` cut branches early.
 
 :meth:`Oracle.search` enumerates the fillings of a template (segments and holes, holes read
 by their ``min_bytes``/``max_bytes``/``tokens``/``max_tokens`` attributes): every string over
@@ -236,10 +237,6 @@ class Oracle:
         col = self._walk(self.col0, text)
         return col is not None and col.accepting
 
-    def is_prefix(self, text: str) -> bool:
-        """Whether some word starts with ``text``."""
-        return self._walk(self.col0, text) is not None
-
     # -- enumeration
 
     def search(self, segments, pieces: list[str] | None = None, cap: int = 5) -> SearchResult:
@@ -354,9 +351,10 @@ class Oracle:
 
     # -- random words
 
-    def random_word(self, rng: random.Random, depth: int = 6, ignore_rate: float = 0.25) -> str:
+    def random_word(self, rng: random.Random, depth: int = 6, ignore_rate: float = 0.25, min_len: int = 0) -> str:
         """A word of the grammar by random derivation (rules beyond ``depth`` take the
-        shortest way out), ignored text between terminals at ``ignore_rate``."""
+        shortest way out), ignored text between terminals at ``ignore_rate``, at least
+        ``min_len`` characters long."""
         shortest = self._shortest()
         out: list[str] = []
 
@@ -377,7 +375,7 @@ class Oracle:
             out.clear()
             derive(self.start, 0)
             word = "".join(out)
-            if self.accepts(word):
+            if len(word) >= min_len and self.accepts(word):
                 return word
         raise RuntimeError("no word found by random derivation")
 
