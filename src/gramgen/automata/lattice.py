@@ -212,6 +212,10 @@ class LatticeParser:
                 if key in items:
                     continue
                 items[key] = how
+                if not here.boundary:  # items here: a lexeme ended, so ignored text may start
+                    here.boundary = True
+                    for k in self._ignore:
+                        agenda.append(("s", k, 0, q, ("S",)))
                 sym = item_next[i]
                 if sym == END:
                     agenda.append(("d", item_lhs[i], o, ("N", i)))
@@ -230,10 +234,6 @@ class LatticeParser:
                         agenda.append(("s", sym - N, 0, q, ("S",)))
                 if (sym, q) in done:
                     agenda.append(("i", i + 1, o, ("A", q, sym)))
-                if not here.boundary:
-                    here.boundary = True
-                    for k in self._ignore:
-                        agenda.append(("s", k, 0, q, ("S",)))
             elif kind == "s":
                 _, k, d, o, how = entry
                 origins = scans.get((k, d))

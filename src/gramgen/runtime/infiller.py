@@ -216,10 +216,28 @@ class Infiller:
         segments = list(segments)
         hole = self._hole_at(segments, slot)
         self._check_at(hole, at)
-        before, after = self._split(segments, slot, hole, at)
         out = np.zeros(self.vocab.size, dtype=bool)
-        before_parts, _ = _normalise(before) if before else ((), ())
-        after_parts, _ = _normalise(after) if after else ((), ())
+        bounded = not hole.counts_tokens and (hole.min_bytes or hole.max_bytes is not None)
+        if bounded and at == -1:  # what comes before the token depends on its length: one by one
+            for t in range(self.vocab.size):
+                out[t] = self.allows(segments, slot, t, at)
+            return out
+        before, after = self._split(segments, slot, hole, at)
+        before_parts = _normalise(before)[0] if before else ()
+        after_parts = _normalise(after)[0] if after else ()
+        by_length: dict = {}  # token length -> the parts after it (a bounded hole shrinks by it)
+
+        def after_token(n: int):
+            if not bounded:
+                return after_parts
+            if n not in by_length:
+                rest = None
+                if hole.max_bytes is None or n <= hole.max_bytes:
+                    shrunk = Hole(max(0, hole.min_bytes - n), None if hole.max_bytes is None else hole.max_bytes - n)
+                    rest = _normalise([shrunk] + after[1:])[0]
+                by_length[n] = rest
+            return by_length[n]
+
         with self._lock:
             try:
                 run = self._parse(before_parts, self.budget)
@@ -231,8 +249,11 @@ class Infiller:
             parser.budget = self.budget
             try:
                 for pos, ranks in self._token_ends(parser, run.last):
+                    rest = after_token(int(self._tt.lengths[ranks[0]]))
+                    if rest is None:
+                        continue
                     sub = parser.truncate(len(parser.sets))
-                    end = self._build(sub, pos, after_parts, [], [])
+                    end = self._build(sub, pos, rest, [], [])
                     if end is not None and sub.accepts(end):
                         out[self._tt.rank_to_id[ranks]] = True
             except OutOfWork:
@@ -292,7 +313,7 @@ class Infiller:
             if hole.max_tokens is not None:
                 return head + [Hole(tokens=at)]
             if at == 0:
-                return head if hole.min_bytes == 0 else None
+                return (head or [b""]) if hole.min_bytes == 0 else None
             return segments
         if not data:
             return None
