@@ -13,7 +13,9 @@ origin are remembered and applied to items that arrive later (as for nullable sy
 
 Every fact (item, completion, lexeme scan) keeps the first derivation that made it. The
 derivations only point at facts made before, so following them always ends, and spells
-one text of the lattice that the grammar accepts: the witness.
+one text of the lattice that the grammar accepts: the witness. With ``shortest=True`` each
+position runs its agenda shortest text first (Knuth's generalisation of Dijkstra's
+algorithm), so the first derivation of every fact, and the witness, is a shortest one.
 
 Sets are never changed once the next position is built, so a lattice that shares a prefix
 with another shares those sets (:meth:`LatticeParser.truncate`).
@@ -21,6 +23,8 @@ with another shares those sets (:meth:`LatticeParser.truncate`).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 
 import numpy as np
@@ -44,9 +48,9 @@ class PositionSet:
     ``scans``: (lexeme, dfa state) -> {origin: derivation}, lexemes being matched.
     """
 
-    __slots__ = ("items", "waiting", "done", "scans", "loop", "predicted", "boundary")
+    __slots__ = ("items", "waiting", "done", "scans", "loop", "predicted", "boundary", "costs", "current")
 
-    def __init__(self, loop: bool):
+    def __init__(self, loop: bool, shortest: bool = False):
         self.items: dict = {}
         self.waiting: dict = {}
         self.done: dict = {}
@@ -54,6 +58,8 @@ class PositionSet:
         self.loop = loop
         self.predicted: set = set()
         self.boundary = False
+        self.costs: dict | None = {} if shortest else None  # fact -> length of its text
+        self.current = 0
 
     def __bool__(self) -> bool:
         return bool(self.items or self.scans)
@@ -110,8 +116,10 @@ class LatticeParser:
     position completes a word; ``witness()`` spells one.
     """
 
-    def __init__(self, tables: ParserTables, moves: LexemeMoves, budget: int | None = None):
+    def __init__(self, tables: ParserTables, moves: LexemeMoves, budget: int | None = None,
+                 shortest: bool = False):
         self.tables = tables
+        self.shortest = shortest
         self.moves = moves
         self.sets: list[PositionSet] = []
         self.work = 0
@@ -128,7 +136,7 @@ class LatticeParser:
         starts = set(t.rule_first[1:])
         self._carried = frozenset(i for i, nxt in enumerate(t.item_next)
                                   if i not in starts and (nxt != END or i == t.accept_item))
-        start = PositionSet(loop=False)
+        start = PositionSet(False, shortest)
         self.sets.append(start)
         self._close(start, 0, [("i", t.rules_of[0][0], 0, ("P",))])
 
@@ -144,7 +152,7 @@ class LatticeParser:
 
     def extend(self, edges, loop: bool = False) -> int | None:
         q = len(self.sets)
-        new = PositionSet(loop)
+        new = PositionSet(loop, self.shortest)
         agenda: list = []
         rows, accept = self._rows, self._accept
         for src, label in edges:
@@ -187,7 +195,7 @@ class LatticeParser:
         if not agenda:
             return None
         q = len(self.sets)
-        new = PositionSet(False)
+        new = PositionSet(False, self.shortest)
         self._close(new, q, agenda)
         if not new:
             return None
@@ -201,9 +209,25 @@ class LatticeParser:
         is_ignore, accept = self._is_ignore, self._accept
         items, waiting, done, scans = here.items, here.waiting, here.done, here.scans
         carried = self._carried
+        costs = here.costs
+        if costs is None:
+            push, pop = agenda.append, agenda.pop
+        else:  # shortest first (Knuth's generalisation of Dijkstra): first derivations are shortest
+            order = itertools.count()
+            heap = [(self._cost(e, q, here), next(order), e) for e in agenda]
+            heapq.heapify(heap)
+
+            def push(e):
+                heapq.heappush(heap, (self._cost(e, q, here), next(order), e))
+
+            def pop():
+                c, _, e = heapq.heappop(heap)
+                here.current = c
+                return e
+            agenda = heap
         work = 0
         while agenda:
-            entry = agenda.pop()
+            entry = pop()
             kind = entry[0]
             work += 1
             if kind == "i":
@@ -212,13 +236,15 @@ class LatticeParser:
                 if key in items:
                     continue
                 items[key] = how
+                if costs is not None:
+                    costs[("i", i, o)] = here.current
                 if not here.boundary:  # items here: a lexeme ended, so ignored text may start
                     here.boundary = True
                     for k in self._ignore:
-                        agenda.append(("s", k, 0, q, ("S",)))
+                        push(("s", k, 0, q, ("S",)))
                 sym = item_next[i]
                 if sym == END:
-                    agenda.append(("d", item_lhs[i], o, ("N", i)))
+                    push(("d", item_lhs[i], o, ("N", i)))
                     continue
                 w = waiting.get(sym)
                 if w is None:
@@ -229,11 +255,11 @@ class LatticeParser:
                     here.predicted.add(sym)
                     if sym < N:
                         for first in self.tables.rules_of[sym]:
-                            agenda.append(("i", first, q, ("P",)))
+                            push(("i", first, q, ("P",)))
                     else:
-                        agenda.append(("s", sym - N, 0, q, ("S",)))
+                        push(("s", sym - N, 0, q, ("S",)))
                 if (sym, q) in done:
-                    agenda.append(("i", i + 1, o, ("A", q, sym)))
+                    push(("i", i + 1, o, ("A", q, sym)))
             elif kind == "s":
                 _, k, d, o, how = entry
                 origins = scans.get((k, d))
@@ -242,30 +268,65 @@ class LatticeParser:
                 elif o in origins:
                     continue
                 origins[o] = how
+                if costs is not None:
+                    costs[("s", k, d, o)] = here.current
                 if accept[k][d]:
-                    agenda.append(("d", N + k, o, ("L", d)))
+                    push(("d", N + k, o, ("L", d)))
                 if here.loop and how[0] != "W":
                     for d2, path in self.moves.reach(k, d).items():
-                        agenda.append(("s", k, d2, o, ("W", d, path)))
+                        push(("s", k, d2, o, ("W", d, path)))
             else:
                 _, sym, o, how = entry
                 key = (sym, o)
                 if key in done:
                     continue
                 done[key] = how
+                if costs is not None:
+                    costs[("d", sym, o)] = here.current
                 origin_set = here if o == q else sets[o]
                 if sym >= N and is_ignore[sym - N]:
                     how = ("I", o, sym)
                     for key in list(origin_set.items):
                         if key not in items and key[0] in carried:
-                            agenda.append(("i", key[0], key[1], how))
+                            push(("i", key[0], key[1], how))
                 else:
                     for (i, o2) in list(origin_set.waiting.get(sym, ())):
-                        agenda.append(("i", i + 1, o2, ("A", o, sym)))
+                        push(("i", i + 1, o2, ("A", o, sym)))
             if self.budget is not None and self.work + work > self.budget:
                 self.work += work
                 raise OutOfWork
         self.work += work
+
+    def _cost(self, entry, q: int, here: PositionSet) -> int:
+        """The length of the text a fact's derivation spells (for the shortest witness)."""
+        sets = self.sets
+
+        def at(p):
+            return (here if p == q else sets[p]).costs
+
+        kind, how = entry[0], entry[-1]
+        tag = how[0]
+        if tag in ("P", "S"):
+            return 0
+        if kind == "i":
+            _, i, o, _ = entry
+            if tag == "C":
+                return at(how[1])[("i", i, o)]
+            _, r, sym = how
+            return at(r)[("i", i - 1 if tag == "A" else i, o)] + at(q)[("d", sym, r)]
+        if kind == "d":
+            _, sym, o, _ = entry
+            if tag == "N":
+                return at(q)[("i", how[1], o)]
+            return at(q)[("s", sym - self._N, how[1], o)]
+        _, k, d, o, _ = entry
+        if tag == "C":
+            return at(how[1])[("s", k, d, o)]
+        if tag == "B":
+            return at(how[1])[("s", k, how[3], o)] + 1
+        if tag == "M":
+            return at(how[1])[("s", k, how[3], o)] + len(how[2])
+        return at(q)[("s", k, how[1], o)] + len(how[2])  # "W"
 
     # -- reading ------------------------------------------------------------------------
 

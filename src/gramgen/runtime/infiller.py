@@ -185,8 +185,7 @@ class Infiller:
         ok = run.last is not None and run.parser.accepts(run.last)
         if not ok:
             return InfillResult(False, work=run.parser.work)
-        return InfillResult(True, work=run.parser.work,
-                            _spell=lambda: _spell(run, holes))
+        return InfillResult(True, work=run.parser.work, _spell=lambda: self._spell(run.parts, holes))
 
     def feasible(self, segments) -> bool:
         return self.check(segments).feasible
@@ -397,6 +396,24 @@ class Infiller:
             ranges.append((first, len(parser.sets) - 1))
         return last
 
+    def _spell(self, parts: tuple, n_holes: int) -> tuple[bytes, tuple[bytes, ...]]:
+        """A shortest witness of feasible ``parts`` and what each hole holds in it (parsed
+        again, shortest text first: asked for rarely, so checks do not pay for it)."""
+        parser = LatticeParser(self._tables, self._moves, None, shortest=True)
+        ranges: list = []
+        with self._lock:
+            last = self._build(parser, 0, parts, [], ranges)
+        spelled = parser.witness(last)
+        starts = [lo for lo, _ in ranges]
+        fills = [bytearray() for _ in ranges]
+        for pos, b in spelled:
+            k = bisect.bisect_right(starts, pos) - 1
+            if k >= 0 and pos <= ranges[k][1]:
+                fills[k].append(b)
+        if len(fills) != n_holes:
+            raise AssertionError(f"{len(fills)} holes spelled for {n_holes}")
+        return bytes(b for _, b in spelled), tuple(bytes(f) for f in fills)
+
     def _hole(self, parser: LatticeParser, last: int, hole: Hole) -> int | None:
         if hole.counts_tokens:
             n = hole.tokens if hole.tokens is not None else hole.max_tokens
@@ -565,19 +582,3 @@ def _normalise(segments) -> tuple[tuple, tuple[int, ...]]:
     if not parts and n == 0 and not list(segments):
         raise ConfigurationError("segments is empty: give at least one bytes segment or Hole")
     return tuple(parts), n
-
-
-def _spell(run: _Run, n_holes: int) -> tuple[bytes, tuple[bytes, ...]]:
-    spelled = run.parser.witness(run.last)
-    text = bytes(b for _, b in spelled)
-    fills = []
-    starts = [lo for lo, _ in run.ranges]
-    buckets = [bytearray() for _ in run.ranges]
-    for pos, b in spelled:
-        k = bisect.bisect_right(starts, pos) - 1
-        if k >= 0 and pos <= run.ranges[k][1]:
-            buckets[k].append(b)
-    fills = [bytes(x) for x in buckets]
-    if len(fills) != n_holes:
-        raise AssertionError(f"{len(fills)} holes spelled for {n_holes}")
-    return text, tuple(fills)
