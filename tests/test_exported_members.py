@@ -34,6 +34,9 @@ EXTRA_EXPORTS = {
                     "(generate(prefix=...), Document.update), with its line and column",
     "InfillResult": "the type Infiller.check returns (api.md §7: r.feasible, r.witness)",
     "FillResult": "the type fill() returns (text, fillings, value, stats)",
+    "generate_diffusion": "masked-diffusion decoding under a grammar (issue 23, the entry point "
+                          "of api.md's CFG infilling for diffusion LMs)",
+    "DiffusionResult": "the type generate_diffusion() returns (text, tokens, value, stats)",
 }
 
 #: mentioned in sections 1-6 but introduced by section 7 as not built yet: section 4 writes

@@ -10,7 +10,8 @@ from .automata.bitmask import allocate_token_bitmask
 from .automata.vocabulary import Vocabulary
 from .errors import (CompileLimitError, ConfigurationError, GramgenError, GrammarError, SchemaError,
                      TextRejected, TokenizerError, TokenRejected, UnknownKeywordWarning)
-from .generation import ASAp, FillResult, GenerationResult, GenerationStats, Speculation, fill, generate
+from .generation import (ASAp, DiffusionResult, FillResult, GenerationResult, GenerationStats, Speculation, fill,
+                         generate, generate_diffusion)
 from .grammar import Grammar
 from .hf import LogitsProcessor, Model, load_model
 from .runtime import CompiledGrammar, CompileOptions, Document, Hole, Infiller, InfillResult, Matcher, compile
@@ -18,10 +19,10 @@ from .runtime import CompiledGrammar, CompileOptions, Document, Hole, Infiller, 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ASAp", "CompileLimitError", "FillResult", "CompileOptions", "CompiledGrammar", "ConfigurationError", "Document",
+    "ASAp", "CompileLimitError", "DiffusionResult", "FillResult", "CompileOptions", "CompiledGrammar", "ConfigurationError", "Document",
     "GenerationResult", "GenerationStats", "GramgenError", "Grammar", "GrammarError", "Hole", "InfillResult",
     "Infiller",
     "LogitsProcessor", "Matcher", "Model", "SchemaError", "Speculation", "TextRejected", "TokenRejected",
     "TokenizerError",
-    "UnknownKeywordWarning", "Vocabulary", "__version__", "allocate_token_bitmask", "compile", "fill", "generate", "load_model",
+    "UnknownKeywordWarning", "Vocabulary", "__version__", "allocate_token_bitmask", "compile", "fill", "generate", "generate_diffusion", "load_model",
 ]

@@ -7,6 +7,8 @@ use and what each costs.
 """
 
 from .api import Target, generate, target_for
+from .diffusion import (CallableDiffusionLM, DiffusionLM, DiffusionResult, DiffusionStats, TransformersDiffusionLM,
+                        generate_diffusion)
 from .fill import FillResult, FillStats, FimFormat, fill, fim_format
 from .constraint import (Constraint, EvaluationCounter, MatcherConstraint, PredicateConstraint,
                          as_constraint)
@@ -18,9 +20,10 @@ from .samplers import (AWRS, SAMPLERS, SMC, ASAp, ASApSample, ASApSampling, ASAp
 from .speculation import Speculation, Speculator
 
 __all__ = [
-    "ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSStep", "Choice", "Constrained", "Constraint", "Draft",
+    "ASAp", "ASApSample", "ASApSampling", "ASApTrie", "AWRS", "AWRSStep", "CallableDiffusionLM", "Choice", "Constrained",
+    "Constraint", "DiffusionLM", "DiffusionResult", "DiffusionStats", "Draft",
     "EvaluationCounter", "FillResult", "FillStats", "FimFormat", "FinishReason", "GenerationResult", "GenerationStats", "LanguageModel",
     "MatcherConstraint", "PredicateConstraint", "SAMPLERS", "SMC", "SMCResult", "SamplerOptions",
-    "Sequence", "Session", "Speculation", "Speculator", "SyntheticLM", "Target", "TransformersLM", "as_constraint", "awrs_step",
-    "fill", "fim_format", "generate", "run", "smc", "target_for",
+    "Sequence", "Session", "Speculation", "Speculator", "SyntheticLM", "Target", "TransformersDiffusionLM", "TransformersLM", "as_constraint", "awrs_step",
+    "fill", "fim_format", "generate", "generate_diffusion", "run", "smc", "target_for",
 ]
