@@ -67,6 +67,9 @@ DiffusionFinish = Literal["eos", "length", "dead_end"]
 
 #: ``canvas=None`` decodes exactly (token-count holes) for vocabularies up to this size
 EXACT_VOCAB_LIMIT = 1024
+#: with ``fit``, candidates of one slot that may be feasible but not fit before the slot
+#: waits (each costs a witness, far dearer than a check)
+FIT_TRIES = 3
 #: block size of ``schedule="blocks"`` when none is given (LLaDA's default)
 DEFAULT_BLOCK_SIZE = 32
 
@@ -481,7 +484,7 @@ class _Decoder:
         self.slots = [_MASKED] * length
         self.infiller = infiller
         self.mode = mode
-        self.fit = fit and mode == "bytes"
+        self.fit = fit and mode == "bytes" and infiller is not None
         self.tries = tries
         self.temperature = temperature
         self.rng = rng
@@ -652,8 +655,11 @@ class _Decoder:
         return allowed
 
     def _try(self, pos: int, candidates: list[int], t0: float) -> bool:
-        """Commit the first candidate that keeps the canvas feasible (lazy rejection)."""
+        """Commit the first candidate that keeps the canvas feasible (lazy rejection); with
+        ``fit``, give up after FIT_TRIES candidates that are feasible but do not fit (each
+        costs a witness: the slot waits for a later step or the next fallback)."""
         in_tail = None
+        unfit = 0
         for token in candidates:
             if (pos, token) in self.refused:
                 continue
@@ -674,8 +680,11 @@ class _Decoder:
                     self._commit(pos, token, spent)
                     return True
                 self.stats.unfit += 1
+                unfit += 1
             self.refused.add((pos, token))
             self.stats.rejections += 1
+            if unfit >= FIT_TRIES:
+                break
         return False
 
     def _fits(self, runs: list[_Run], fillings: tuple[bytes, ...]) -> bool:
