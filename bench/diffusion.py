@@ -17,6 +17,11 @@ Models, all over the smollm2 tokenizer (no diffusion weights can be downloaded h
   valid reference document (a random instance of the schema, or a random C-like program,
   EOS after its end), replaced by a random token at 15 % of the slots, over noise. Most
   of its proposals are valid, as a real model's mostly are: the overhead that matters.
+* ``guided-base``: the same proposals over the logits of a randomly initialised masked LM
+  the size of BERT-base (12 layers, hidden 768, ~124M parameters with the 49k
+  vocabulary; MDLM's and SEDD's small diffusion LMs are this size) instead of noise, so
+  that every forward pass costs what a small real diffusion LM's costs on this CPU: the
+  overhead a user of such a model sees.
 
 Workloads: ``schema``, a JSON Schema (an object with a string of at most 10 characters, an
 integer and an enum; 24 slots, 6 steps) and ``clike``, tests/data/clike/c_like.lark (20
@@ -73,7 +78,7 @@ SCHEMA = {
 CLIKE = ROOT / "tests" / "data" / "clike" / "c_like.lark"
 SCHEDULES = ("confidence", "random", "blocks")
 WORKLOADS = {"schema": dict(length=24, steps=6), "clike": dict(length=20, steps=5)}
-MODELS = ("random", "adversarial", "guided")
+MODELS = ("random", "adversarial", "guided", "guided-base")
 BAD_PIECES = ["}", "]", '"', ",", ";", "{", ")", "(", ":", "=", "\\", "}}", "]]", '",', ");", "\n",
               " while", " int", " return", " else", "#", "'", "<", "@"]
 NAMES = ["x", "y", "n", "count", "total", "a", "b", "i", "value", "step"]
@@ -92,6 +97,7 @@ class Setup:
         self.eos = self.vocab.eos_token_ids[0]
         self.bad = np.array(sorted({self.encode(p)[0] for p in BAD_PIECES}))
         self._bert = None
+        self._base = None
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)
@@ -123,13 +129,33 @@ class Setup:
 
         return CallableDiffusionLM(fn, self.vocab, MASK, context_length=64)
 
-    def guided(self, seed: int, reference: list[int], prompt_len: int) -> CallableDiffusionLM:
+    def base(self):
+        """A randomly initialised BERT-base-sized masked LM over the smollm2 tokenizer."""
+        if self._base is None:
+            import torch
+            from transformers import BertConfig, BertForMaskedLM
+
+            torch.manual_seed(1)
+            config = BertConfig(vocab_size=len(self.tok), hidden_size=768, num_hidden_layers=12,
+                                num_attention_heads=12, intermediate_size=3072, max_position_embeddings=64)
+            self._base = BertForMaskedLM(config).eval()
+        return self._base
+
+    def guided(self, seed: int, reference: list[int], prompt_len: int, base: bool = False) -> CallableDiffusionLM:
         rng = np.random.default_rng(seed)
         size, eos = self.vocab.size, self.eos
+        model = self.base() if base else None
 
         def fn(canvas):
             n = len(canvas)
-            x = rng.standard_normal((n, size), dtype=np.float32)
+            if model is None:
+                x = rng.standard_normal((n, size), dtype=np.float32)
+            else:
+                import torch
+
+                with torch.inference_mode():
+                    out = model(input_ids=torch.tensor([canvas])).logits[0, :, :size]
+                x = out.numpy().copy()
             for i in range(prompt_len, n):
                 k = i - prompt_len
                 want = reference[k] if k < len(reference) else eos
@@ -205,7 +231,7 @@ def bench_one(setup: Setup, model_name: str, workload: str, runs: int, nofit_run
         elif model_name == "adversarial":
             model = setup.adversarial(i)
         else:
-            model = setup.guided(i, setup.encode(reference_of(rng)), len(prompt))
+            model = setup.guided(i, setup.encode(reference_of(rng)), len(prompt), base=model_name == "guided-base")
         schedule = SCHEDULES[i % 3]
         return generate_diffusion(model, prompt, grammar=cg if constrained else None,
                                   length=shape["length"], steps=shape["steps"], schedule=schedule,
@@ -324,11 +350,13 @@ def report(summaries: list[dict], meta: dict) -> str:
               "- *constraint ms / committed token*: the Infiller checks (and the witness fit test) "
               "spent to commit one token, rejected candidates included.",
               "- *overhead*: seconds of the constrained decode / seconds of the same decode without a "
-              "constraint (same model, seed, prompt, schedule). The models here are tiny (a one-layer "
-              "BERT, numpy noise): a forward pass costs ~10-20 ms, where a 7-8B diffusion model's "
-              "costs far more, so the same constraint time is a much smaller share there. The "
-              "`random` and `adversarial` models propose almost nothing valid (most candidates are "
-              "refused); `guided` stands in for a trained model.", ""]
+              "constraint (same model, seed, prompt, schedule). The first three models are tiny (a "
+              "one-layer BERT, numpy noise): a forward pass costs ~10-20 ms, so the constraint's "
+              "time is most of a run. `guided-base` pays a BERT-base-sized forward pass (a small "
+              "real diffusion LM's cost); a 7-8B model's costs more again, and the same constraint "
+              "time is a smaller share there. The `random` and `adversarial` models propose almost "
+              "nothing valid (most candidates are refused); `guided` and `guided-base` stand in for "
+              "a trained model.", ""]
     return "\n".join(lines)
 
 
@@ -351,7 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--combine", nargs="+", metavar="JSON",
+                        help="run nothing: write one report from the diffusion.json files of runs "
+                             "made side by side (e.g. one process per workload on two cores)")
     args = parser.parse_args(argv)
+    if args.combine:
+        return combine([Path(p) for p in args.combine], Path(args.out))
     models, workloads = args.models.split(","), args.workloads.split(",")
     limits = {}
     for item in args.limit:
@@ -388,13 +421,35 @@ def main(argv: list[str] | None = None) -> int:
                 dirty=_git("status", "--porcelain", "--", "src") != "",
                 wall_seconds=time.perf_counter() - started, load_before=load_before,
                 load_after=" ".join(f"{x:.1f}" for x in os.getloadavg()))
-    out = Path(args.out)
+    return write(Path(args.out), summaries, results, meta)
+
+
+def write(out: Path, summaries: list[dict], results: list[dict], meta: dict) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "DIFFUSION.md").write_text(report(summaries, meta))
     (out / "diffusion.json").write_text(json.dumps(dict(meta=meta, summaries=summaries, results=results)))
     print(f"wrote {out / 'DIFFUSION.md'} and {out / 'diffusion.json'} "
           f"({meta['wall_seconds'] / 60:.1f} min)")
     return 0 if all(s["valid"] == 1.0 for s in summaries) else 1
+
+
+def combine(paths: list[Path], out: Path) -> int:
+    """One report from runs made side by side: rows in model order within each workload;
+    the commands joined; wall time the longest; load averages the extremes."""
+    loaded = [json.loads(p.read_text()) for p in paths]
+    pairs = [(s, r) for d in loaded for s, r in zip(d["summaries"], d["results"])]
+    order = {(w, m): i for i, (w, m) in enumerate((w, m) for w in WORKLOADS for m in MODELS)}
+    pairs.sort(key=lambda sr: order[(sr[0]["workload"], sr[0]["model"])])
+    metas = [d["meta"] for d in loaded]
+    meta = dict(metas[0])
+    meta["command"] = " & ".join(m["command"] for m in metas) + " (side by side; combined with --combine)"
+    meta["wall_seconds"] = max(m["wall_seconds"] for m in metas)
+    meta["dirty"] = any(m["dirty"] for m in metas)
+    if len({m["commit"] for m in metas}) > 1:
+        raise SystemExit(f"runs from different commits: {sorted({m['commit'] for m in metas})}")
+    meta["load_before"] = " | ".join(m["load_before"] for m in metas)
+    meta["load_after"] = " | ".join(m["load_after"] for m in metas)
+    return write(out, [s for s, _ in pairs], [r for _, r in pairs], meta)
 
 
 if __name__ == "__main__":

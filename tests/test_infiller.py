@@ -272,6 +272,35 @@ def test_bounded_holes_agree_with_enumeration_exactly(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_witness_is_shortest(name):
+    """The witness is a shortest completion: on 40 feasible templates with one or two
+    bounded byte holes (at most 3,000 fillings in all), its fillings are exactly as long,
+    together, as the shortest accepted filling that enumeration finds."""
+    s = setup(name)
+    rng = random.Random(f"shortest-{name}")
+    tested = tried = 0
+    while tested < n_cases(40):
+        tried += 1
+        assert tried < 5000, f"only {tested} feasible templates found"
+        segments = random_template(rng, s, ["bytes"] * rng.randint(1, 2))
+        holes = [x for x in segments if isinstance(x, Hole)]
+        choices = [s.oracle.brute_fillings(h) if isinstance(h, Hole) else [h.decode()] for h in segments]
+        if math.prod(len(c) for c in choices) > 3000:
+            continue
+        lengths = [sum(len(c[i]) for i, x in enumerate(segments) if isinstance(x, Hole))
+                   for c in itertools.product(*choices) if s.oracle.accepts("".join(c))]
+        result = s.infiller.check(segments)
+        assert result.feasible == bool(lengths), describe(s, segments, bool(lengths), result.feasible)
+        if not lengths:
+            continue
+        tested += 1
+        assert_witness(s, segments, result)
+        got = sum(len(f) for f in result.fillings)
+        assert got == min(lengths), describe(s, segments, f"fillings of {min(lengths)} bytes in all",
+                                             f"{result.fillings} ({len(holes)} holes)")
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_unbounded_holes(name):
     """200 templates per grammar with 1-3 holes, at least one unbounded (Hole() or
     Hole(min_bytes=k)), the others of any kind: when filling the unbounded holes with at

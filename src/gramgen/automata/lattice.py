@@ -23,8 +23,6 @@ with another shares those sets (:meth:`LatticeParser.truncate`).
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections import deque
 
 import numpy as np
@@ -204,27 +202,14 @@ class LatticeParser:
 
     def _close(self, here: PositionSet, q: int, agenda: list) -> None:
         """Run the agenda to a fixed point in the set at position ``q``."""
+        if here.costs is not None:
+            return self._close_shortest(here, q, agenda)
         sets = self.sets
         item_next, item_lhs, N = self._item_next, self._item_lhs, self._N
         is_ignore, accept = self._is_ignore, self._accept
         items, waiting, done, scans = here.items, here.waiting, here.done, here.scans
         carried = self._carried
-        costs = here.costs
-        if costs is None:
-            push, pop = agenda.append, agenda.pop
-        else:  # shortest first (Knuth's generalisation of Dijkstra): first derivations are shortest
-            order = itertools.count()
-            heap = [(self._cost(e, q, here), next(order), e) for e in agenda]
-            heapq.heapify(heap)
-
-            def push(e):
-                heapq.heappush(heap, (self._cost(e, q, here), next(order), e))
-
-            def pop():
-                c, _, e = heapq.heappop(heap)
-                here.current = c
-                return e
-            agenda = heap
+        push, pop = agenda.append, agenda.pop
         work = 0
         while agenda:
             entry = pop()
@@ -236,8 +221,6 @@ class LatticeParser:
                 if key in items:
                     continue
                 items[key] = how
-                if costs is not None:
-                    costs[("i", i, o)] = here.current
                 if not here.boundary:  # items here: a lexeme ended, so ignored text may start
                     here.boundary = True
                     for k in self._ignore:
@@ -268,8 +251,6 @@ class LatticeParser:
                 elif o in origins:
                     continue
                 origins[o] = how
-                if costs is not None:
-                    costs[("s", k, d, o)] = here.current
                 if accept[k][d]:
                     push(("d", N + k, o, ("L", d)))
                 if here.loop and how[0] != "W":
@@ -281,8 +262,6 @@ class LatticeParser:
                 if key in done:
                     continue
                 done[key] = how
-                if costs is not None:
-                    costs[("d", sym, o)] = here.current
                 origin_set = here if o == q else sets[o]
                 if sym >= N and is_ignore[sym - N]:
                     how = ("I", o, sym)
@@ -292,6 +271,105 @@ class LatticeParser:
                 else:
                     for (i, o2) in list(origin_set.waiting.get(sym, ())):
                         push(("i", i + 1, o2, ("A", o, sym)))
+            if self.budget is not None and self.work + work > self.budget:
+                self.work += work
+                raise OutOfWork
+        self.work += work
+
+    def _close_shortest(self, here: PositionSet, q: int, agenda: list) -> None:
+        """:meth:`_close` with the agenda run shortest text first (Knuth's generalisation of
+        Dijkstra): every fact's first derivation spells a shortest text. Text lengths are
+        small integers, so the agenda is a bucket queue; each fact's length is known when
+        it is pushed (its parts are facts already made)."""
+        sets = self.sets
+        item_next, item_lhs, N = self._item_next, self._item_lhs, self._N
+        is_ignore, accept = self._is_ignore, self._accept
+        items, waiting, done, scans = here.items, here.waiting, here.done, here.scans
+        carried = self._carried
+        costs = here.costs
+        buckets: list[list] = []
+        low = [0]  # no bucket below this one holds anything
+
+        def push(e, c: int) -> None:
+            while len(buckets) <= c:
+                buckets.append([])
+            buckets[c].append(e)
+            if c < low[0]:   # (a prediction, of length 0, while longer facts run)
+                low[0] = c
+
+        for e in agenda:
+            push(e, self._cost(e, q, here))
+        work = 0
+        while True:
+            c = low[0]
+            while c < len(buckets) and not buckets[c]:
+                c += 1
+            if c == len(buckets):
+                break
+            low[0] = c
+            entry = buckets[c].pop()
+            kind = entry[0]
+            work += 1
+            if kind == "i":
+                _, i, o, how = entry
+                key = (i, o)
+                if key in items:
+                    continue
+                items[key] = how
+                costs[("i", i, o)] = c
+                if not here.boundary:  # items here: a lexeme ended, so ignored text may start
+                    here.boundary = True
+                    for k in self._ignore:
+                        push(("s", k, 0, q, ("S",)), 0)
+                sym = item_next[i]
+                if sym == END:
+                    push(("d", item_lhs[i], o, ("N", i)), c)
+                    continue
+                w = waiting.get(sym)
+                if w is None:
+                    waiting[sym] = [key]
+                else:
+                    w.append(key)
+                if sym not in here.predicted:
+                    here.predicted.add(sym)
+                    if sym < N:
+                        for first in self.tables.rules_of[sym]:
+                            push(("i", first, q, ("P",)), 0)
+                    else:
+                        push(("s", sym - N, 0, q, ("S",)), 0)
+                if (sym, q) in done:
+                    push(("i", i + 1, o, ("A", q, sym)), c + costs[("d", sym, q)])
+            elif kind == "s":
+                _, k, d, o, how = entry
+                origins = scans.get((k, d))
+                if origins is None:
+                    origins = scans[(k, d)] = {}
+                elif o in origins:
+                    continue
+                origins[o] = how
+                costs[("s", k, d, o)] = c
+                if accept[k][d]:
+                    push(("d", N + k, o, ("L", d)), c)
+                if here.loop and how[0] != "W":
+                    for d2, path in self.moves.reach(k, d).items():
+                        push(("s", k, d2, o, ("W", d, path)), c + len(path))
+            else:
+                _, sym, o, how = entry
+                key = (sym, o)
+                if key in done:
+                    continue
+                done[key] = how
+                costs[("d", sym, o)] = c
+                origin_set = here if o == q else sets[o]
+                before = origin_set.costs
+                if sym >= N and is_ignore[sym - N]:
+                    how = ("I", o, sym)
+                    for key in list(origin_set.items):
+                        if key not in items and key[0] in carried:
+                            push(("i", key[0], key[1], how), before[("i", key[0], key[1])] + c)
+                else:
+                    for (i, o2) in list(origin_set.waiting.get(sym, ())):
+                        push(("i", i + 1, o2, ("A", o, sym)), before[("i", i, o2)] + c)
             if self.budget is not None and self.work + work > self.budget:
                 self.work += work
                 raise OutOfWork

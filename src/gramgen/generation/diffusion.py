@@ -674,7 +674,7 @@ class _Decoder:
             self.stats.checks += 1
             found = self.infiller.check(segments)
             if found.feasible:
-                if not self.fit or self._fits(runs, found.fillings):
+                if not self.fit or self._fits(runs, found):
                     spent = time.perf_counter() - t0
                     self.stats.constraint_seconds += spent
                     self._commit(pos, token, spent)
@@ -687,17 +687,22 @@ class _Decoder:
                 break
         return False
 
-    def _fits(self, runs: list[_Run], fillings: tuple[bytes, ...]) -> bool:
-        """Whether the witness's filling of every run, spelled in the fewest tokens, takes
+    def _fits(self, runs: list[_Run], found) -> bool:
+        """Whether some witness's filling of every run, spelled in the fewest tokens, takes
         no more slots than the run has: a cheap sign that the fixed canvas can still hold
-        a completion, where byte holes only know that each slot holds a byte or more."""
+        a completion, where byte holes only know that each slot holds a byte or more. The
+        check's own witness first (free), then a shortest one (a second parse)."""
         speller = _speller(self.vocab)
-        for run, filling in zip(runs, fillings):
-            if len(filling) > run.end - run.start:   # (a filling no longer than its run fits)
-                spelled = speller.spell(filling)
-                if spelled is None or len(spelled) > run.end - run.start:
-                    return False
-        return True
+
+        def fit(fillings) -> bool:
+            for run, filling in zip(runs, fillings):
+                if len(filling) > run.end - run.start:   # (a filling no longer than its run fits)
+                    spelled = speller.spell(filling)
+                    if spelled is None or len(spelled) > run.end - run.start:
+                        return False
+            return True
+
+        return fit(found.any_fillings()) or fit(found.fillings)
 
     def _unconstrained(self, pos: int, candidates: list[int]) -> bool:
         in_tail = None
@@ -843,7 +848,7 @@ def generate_diffusion(model: DiffusionLM, prompt: str | Sequence[int] = (), *, 
         segments, runs = _segments(dec.slots, dec.tokens, canvas, dec.Hole)
         dec.stats.checks += 1
         found = infiller.check(segments)
-        ok = found.feasible and (not dec.fit or dec._fits(runs, found.fillings))
+        ok = found.feasible and (not dec.fit or dec._fits(runs, found))
         dec.stats.constraint_seconds += time.perf_counter() - t0
         if not ok:
             # the canvas is too short for any word (or, with fit, for the shortest one), or

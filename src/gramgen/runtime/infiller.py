@@ -116,6 +116,7 @@ class InfillResult:
     work: int = 0
     _spell: object = field(default=None, repr=False, compare=False)
     _spelled: tuple | None = field(default=None, repr=False, compare=False)
+    _first: object = field(default=None, repr=False, compare=False)
 
     def _spelling(self) -> tuple:
         if self._spelled is None:
@@ -129,6 +130,15 @@ class InfillResult:
     @property
     def fillings(self) -> tuple[bytes, ...] | None:
         return self._spelling()[1]
+
+    def any_fillings(self) -> tuple[bytes, ...] | None:
+        """What each hole holds in *some* witness (not necessarily the shortest): read off
+        the check's own parse, so far cheaper than :attr:`fillings`, which parses again."""
+        if not self.feasible:
+            return None
+        if self._spelled is not None or self._first is None:
+            return self.fillings
+        return self._first()
 
 
 @dataclass
@@ -168,6 +178,7 @@ class Infiller:
         self._tt = compiled.token_table
         self._eos = frozenset(compiled.vocab.eos_token_ids)
         self._runs: list[_Run] = []
+        self._shortest_runs: list[_Run] = []  # the same, of the parses for shortest witnesses
         self._classes: dict = {}  # (lexeme, state, depth) -> per-token outcome (see _token_classes)
         self._lock = threading.RLock()
 
@@ -185,7 +196,8 @@ class Infiller:
         ok = run.last is not None and run.parser.accepts(run.last)
         if not ok:
             return InfillResult(False, work=run.parser.work)
-        return InfillResult(True, work=run.parser.work, _spell=lambda: self._spell(run.parts, holes))
+        return InfillResult(True, work=run.parser.work, _spell=lambda: self._spell(run.parts, holes),
+                            _first=lambda: self._fillings(run.parser, run.last, run.ranges, holes)[1])
 
     def feasible(self, segments) -> bool:
         return self.check(segments).feasible
@@ -327,18 +339,20 @@ class Infiller:
 
     # -- parsing ------------------------------------------------------------------------
 
-    def _parse(self, parts: tuple, budget: int | None) -> _Run:
-        """Parse ``parts`` from the longest beginning a kept parse shares with them."""
+    def _parse(self, parts: tuple, budget: int | None, shortest: bool = False) -> _Run:
+        """Parse ``parts`` from the longest beginning a kept parse shares with them (a
+        ``shortest`` parse from a kept shortest one: its facts carry their lengths)."""
+        runs = self._shortest_runs if shortest else self._runs
         best, keep_part, keep_bytes, keep_sets = None, 0, 0, 1
-        for run in self._runs:
+        for run in runs:
             started = len(run.marks)  # parts the run began (it may have died in the last)
             i = 0
             while i < len(parts) and i < started and run.parts[i] == parts[i]:
                 i += 1
             if i == started:  # the run's parts all recur (a finished run began every part)
                 if run.last is None or i == len(parts):  # it died the same way, or it is the same parse
-                    self._runs.remove(run)
-                    self._runs.insert(0, run)
+                    runs.remove(run)
+                    runs.insert(0, run)
                     return run
                 n_sets, j = run.last + 1, 0
             else:
@@ -353,7 +367,7 @@ class Infiller:
             if n_sets > keep_sets:
                 best, keep_part, keep_bytes, keep_sets = run, i, j, n_sets
         if best is None:
-            parser = LatticeParser(self._tables, self._moves, budget)
+            parser = LatticeParser(self._tables, self._moves, budget, shortest=shortest)
             marks, ranges, last, done_parts = [], [], 0, 0
         else:
             parser = best.parser.truncate(keep_sets)
@@ -371,8 +385,8 @@ class Infiller:
         except OutOfWork:
             raise OutOfWork(parser.work) from None
         run = _Run(parts, parser, marks, ranges, last)
-        self._runs.insert(0, run)
-        del self._runs[self.KEEP:]
+        runs.insert(0, run)
+        del runs[self.KEEP:]
         return run
 
     def _build(self, parser: LatticeParser, last: int, parts, marks: list, ranges: list,
@@ -398,11 +412,15 @@ class Infiller:
 
     def _spell(self, parts: tuple, n_holes: int) -> tuple[bytes, tuple[bytes, ...]]:
         """A shortest witness of feasible ``parts`` and what each hole holds in it (parsed
-        again, shortest text first: asked for rarely, so checks do not pay for it)."""
-        parser = LatticeParser(self._tables, self._moves, None, shortest=True)
-        ranges: list = []
+        again, shortest text first: asked for less often than checks, which do not pay for
+        it; kept parses of this kind are reused the same way)."""
         with self._lock:
-            last = self._build(parser, 0, parts, [], ranges)
+            run = self._parse(parts, None, shortest=True)
+        return self._fillings(run.parser, run.last, run.ranges, n_holes)
+
+    @staticmethod
+    def _fillings(parser: LatticeParser, last: int, ranges: list, n_holes: int):
+        """The witness ``parser`` spells up to ``last``, and the bytes of it in each hole."""
         spelled = parser.witness(last)
         starts = [lo for lo, _ in ranges]
         fills = [bytearray() for _ in ranges]
