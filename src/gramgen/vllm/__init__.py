@@ -1,0 +1,18 @@
+"""gramgen inside vLLM's V1 engine (``pip install 'gramgen[vllm]'``).
+
+:class:`GramgenLogitsProcessor` is a vLLM logits-processor plugin: loaded from the
+``vllm.logits_processors`` entry point, ``LLM(logits_processors=[GramgenLogitsProcessor])``
+or ``vllm serve --logits-processors gramgen.vllm:GramgenLogitsProcessor``, it constrains
+each request whose ``extra_args`` (``vllm_xargs`` on the OpenAI server) carry one of
+``gramgen_schema``, ``gramgen_lark``, ``gramgen_gbnf``, ``gramgen_regex``;
+:func:`extra_args` builds those from a schema (a pydantic model too) or grammar text.
+
+This package is an adapter at the edge: it uses gramgen's core and the core never imports
+it. It imports without vLLM; only building the processor needs vLLM.
+"""
+
+from .logits_processor import GramgenLogitsProcessor, engine_vocabulary
+from .params import ARG_GBNF, ARG_LARK, ARG_REGEX, ARG_SCHEMA, ARG_WHITESPACE, extra_args
+
+__all__ = ["ARG_GBNF", "ARG_LARK", "ARG_REGEX", "ARG_SCHEMA", "ARG_WHITESPACE", "GramgenLogitsProcessor",
+           "engine_vocabulary", "extra_args"]
