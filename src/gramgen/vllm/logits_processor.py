@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import weakref
 from typing import Any
 
 from ..automata.vocabulary import Vocabulary
@@ -132,6 +133,10 @@ def engine_vocabulary(model_config: Any) -> Vocabulary:
                        bool(getattr(model_config, "trust_remote_code", False)), tuple(extra))
 
 
+#: id(vllm_config) -> the processor built last for that engine (see GramgenLogitsProcessor)
+_LATEST: dict[int, weakref.ref] = {}
+
+
 class GramgenLogitsProcessor(_VllmLogitsProcessor):
     """Constrains each vLLM request that asks for it to a JSON Schema, Lark or GBNF grammar,
     or regular expression; see the module's documentation for turning it on.
@@ -142,6 +147,10 @@ class GramgenLogitsProcessor(_VllmLogitsProcessor):
     each mask. EOS is allowed only where the output is complete, so a request ends with a
     complete word of its grammar unless ``max_tokens`` cuts it first. Compiled grammars are
     cached per (constraint, tokenizer).
+
+    Named in ``logits_processors`` while the entry point is installed, vLLM builds it twice
+    for one engine: only the one built last for an engine's configuration works, the other
+    passes the logits through (masking twice would be right, but twice the work).
     """
 
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool):
@@ -154,10 +163,20 @@ class GramgenLogitsProcessor(_VllmLogitsProcessor):
         model_config = vllm_config.model_config
         self.unrepaired_outputs = (_uses_async_scheduling(vllm_config)
                                    and not _names_us(getattr(model_config, "logits_processors", None)))
-        if self.unrepaired_outputs:
-            logger.warning(_ASYNC)
+        if self.unrepaired_outputs:   # its constrained requests are refused in validate_params
+            logger.info(_ASYNC)
         self.device = device
         self.batch = ConstrainedBatch(functools.partial(engine_vocabulary, model_config))
+        self._config = vllm_config   # held, so that its id names this engine while we live
+        for key in [key for key, ref in _LATEST.items() if ref() is None]:
+            del _LATEST[key]
+        _LATEST[id(vllm_config)] = weakref.ref(self)
+
+    @property
+    def active(self) -> bool:
+        """Whether this is the processor built last for its engine (the one that works)."""
+        latest = _LATEST.get(id(self._config))
+        return latest is not None and latest() is self
 
     @classmethod
     def validate_params(cls, sampling_params: Any) -> None:
@@ -186,7 +205,8 @@ class GramgenLogitsProcessor(_VllmLogitsProcessor):
         return False
 
     def update_state(self, batch_update: Any) -> None:
-        self.batch.update(batch_update)
+        if self.active:
+            self.batch.update(batch_update)
 
     def apply(self, logits):
-        return self.batch.apply(logits)
+        return self.batch.apply(logits) if self.active else logits
