@@ -8,40 +8,29 @@ import argparse
 import glob
 import json
 import os
-import stat
+import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from .automata.vocabulary import Vocabulary
-from .errors import GramgenError, SchemaError, TokenRejected
+from .errors import GramgenError, TokenRejected
+from .extraction import (Document, RecordWriter, extract_options, load_schema, prompt_template, run_batch,
+                         schema_validator)
 from .generation import Speculation, generate
 from .generation.speculation import DRAFTERS
 from .grammar import Grammar
-from .grammar.sources import read_schema
 from .hf import load_model
 from .lsp import ServerOptions, serve as serve_lsp
+from .ray.extract import extract_with_ray
 from .runtime import compile as compile_grammar
 
 WHITESPACE_CHOICES = ["compact", "standard", "flexible"]
-DEFAULT_TEMPLATE = ("Extract the information in the document below as a JSON object{with_keys}.\n\n"
-                    "Document:\n{document}")
-"""The prompt when no ``--prompt-template`` is given: names the schema's top-level keys
-(small models fill values better when the prompt says which keys to fill)."""
 _GLOB_CHARS = set("*?[")
 
 
 # -- documents -----------------------------------------------------------------------------
-
-@dataclass
-class Document:
-    id: str
-    text: str | None
-    error: str | None = None   # why the document could not be read
-    where: str = ""            # the file (and line) it came from, for messages
-
 
 def _read_text_file(path: Path, doc_id: str) -> Document:
     try:
@@ -174,120 +163,16 @@ def done_ids(path: Path) -> set[str]:
     return ids
 
 
-class RecordWriter:
-    """Appends one JSON line per record, written through and fsynced (a regular file), so a
-    killed run loses at most the documents still being generated. Unbuffered: a failed
-    write leaves nothing behind to fail again on close. GramgenError when the file cannot
-    be opened or written (no space, /dev/full)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "ab", buffering=0)
-            self._sync = stat.S_ISREG(os.fstat(self._file.fileno()).st_mode)
-        except OSError as exc:
-            raise GramgenError(f"cannot open the output {path}: {exc.strerror or exc}") from None
-
-    def write(self, record: dict) -> None:
-        data = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
-        try:
-            while data:
-                data = data[self._file.write(data):]
-            if self._sync:
-                os.fsync(self._file.fileno())
-        except OSError as exc:
-            raise GramgenError(f"cannot write to the output {self.path}: {exc.strerror or exc}") from None
-
-    def close(self) -> None:
-        self._file.close()
-
-
 # -- extract -------------------------------------------------------------------------------
-
-def _load_schema(path: str) -> dict | bool:
-    """The JSON Schema in the file ``path``, read by the reader of every schema argument
-    (:func:`gramgen.grammar.sources.read_schema`)."""
-    try:
-        return read_schema(Path(path)).value
-    except SchemaError as exc:  # its message names the file; no JSON pointer to show
-        raise GramgenError(exc.message) from None
-
-
-def _pointer(parts) -> str:
-    """The JSON pointer (``#/properties/a~1b``) of a path of keys and indexes."""
-    return "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-def _validator(schema, path: str):
-    """A jsonschema validator of ``schema`` (the file ``path``), after checking it against
-    its metaschema: a schema that fails it is a GramgenError with the pointer of the bad
-    keyword, before any model is loaded."""
-    import jsonschema
-
-    if isinstance(schema, dict) and "$schema" in schema and not isinstance(schema["$schema"], str):
-        raise GramgenError(f"the schema {path} is not a valid JSON Schema: #/$schema: "
-                           f"{schema['$schema']!r} is not a string (a metaschema URI)")
-    cls = jsonschema.validators.validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        raise GramgenError(f"the schema {path} is not a valid JSON Schema: "
-                           f"{_pointer(exc.absolute_path)}: {exc.message}") from None
-    return cls(schema)
-
-
-def _is_file(text: str) -> bool:
-    try:
-        return Path(text).is_file()
-    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-        return False
-
-
-def _template(option: str | None, schema: Any = None) -> str:
-    """The prompt template: ``{document}`` is the document's text, ``{keys}`` the schema's
-    top-level property names (comma-separated)."""
-    keys = ", ".join(schema.get("properties", {})) if isinstance(schema, dict) and isinstance(
-        schema.get("properties"), dict) else ""
-    if option is None:
-        return DEFAULT_TEMPLATE.replace("{with_keys}", f" with the keys {keys}" if keys else "")
-    text = option
-    if _is_file(option):
-        try:
-            text = Path(option).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise GramgenError(f"cannot read the prompt template {option}: {exc}") from None
-    if "{document}" not in text:
-        raise GramgenError("the prompt template must contain {document}")
-    return text.replace("{keys}", keys)
-
-
-def _outcome(doc: Document, result, validator) -> dict:
-    if not result.complete:
-        reason = result.error or f"output incomplete ({result.finish_reason})"
-        return {"id": doc.id, "error": reason, "text": result.text}
-    value = result.value
-    if value is None:   # constrained by --grammar: the text still has to be JSON
-        try:
-            value = json.loads(result.text)
-        except json.JSONDecodeError as exc:
-            return {"id": doc.id, "error": f"output is not JSON: {exc}", "text": result.text}
-    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.path))
-    if errors:
-        where = "/" + "/".join(map(str, errors[0].path))
-        return {"id": doc.id, "error": f"jsonschema: {errors[0].message} at {where}",
-                "text": result.text}
-    return {"id": doc.id, "value": value}
-
 
 def cmd_extract(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     out = Path(args.output)
     check_output(out)
-    schema = _load_schema(args.schema)
-    validator = _validator(schema, args.schema)
-    template = _template(args.prompt_template, schema)
+    schema = load_schema(args.schema)
+    validator = schema_validator(schema, args.schema)
+    template = prompt_template(args.prompt_template, schema)
     docs = collect_documents(args.inputs, args.field, args.id_field)
     already = done_ids(out)
     todo = [d for d in docs if d.id not in already]
@@ -295,18 +180,11 @@ def cmd_extract(args: argparse.Namespace) -> int:
           file=sys.stderr)
     if not todo:
         return 0
+    if args.ray is not None:
+        return extract_with_ray(args, todo=todo, out=out, schema=schema, template=template,
+                                options=_extract_options_of(args, schema))
     model = load_model(args.model, device=args.device)
-    layout = {} if args.whitespace is None else {"whitespace": args.whitespace}
-    strict = not args.no_strict
-    if args.grammar:
-        constraint: dict[str, Any] = {"grammar": Grammar.from_file(args.grammar)}
-    elif args.lenient_formats:
-        constraint = {"grammar": Grammar.from_json_schema(schema, lenient_formats=True, strict=strict, **layout)}
-    else:
-        constraint = {"schema": schema, "strict": strict, **layout}
-    options = dict(max_new_tokens=args.max_new_tokens, chat=not args.no_chat, **constraint)
-    if args.speculative:
-        options["speculative"] = Speculation(tuple(args.speculative), num_draft_tokens=args.draft_tokens)
+    options = _extract_options_of(args, schema)
     generate(model, [], **options)  # compile (or fail) once, before the first document
 
     writer = RecordWriter(out)
@@ -317,7 +195,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
             batch = todo[start:start + args.batch_size]
             records = {d.id: {"id": d.id, "error": d.error} for d in batch if d.error}
             readable = [d for d in batch if not d.error]
-            for doc, record in _run_batch(model, readable, template, validator, options):
+            for doc, record in run_batch(model, readable, template, validator, options, generate):
                 records[doc.id] = record
             for doc in batch:
                 record = records[doc.id]
@@ -333,19 +211,13 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0 if failed == 0 else 1
 
 
-def _run_batch(model, docs: list[Document], template: str, validator, options):
-    """(document, record) for each document; a batch that fails is retried one by one so
-    that one bad document only costs its own record."""
-    if not docs:
-        return []
-    prompts = [template.replace("{document}", d.text) for d in docs]
-    try:
-        results = generate(model, prompts, **options)
-        return [(d, _outcome(d, r, validator)) for d, r in zip(docs, results)]
-    except Exception as exc:  # noqa: BLE001 - every failure becomes an error record
-        if len(docs) == 1:
-            return [(docs[0], {"id": docs[0].id, "error": f"{type(exc).__name__}: {exc}"})]
-    return [pair for d in docs for pair in _run_batch(model, [d], template, validator, options)]
+def _extract_options_of(args: argparse.Namespace, schema: Any) -> dict[str, Any]:
+    return extract_options(
+        schema, grammar=Grammar.from_file(args.grammar) if args.grammar else None,
+        lenient_formats=args.lenient_formats, strict=not args.no_strict, whitespace=args.whitespace,
+        max_new_tokens=args.max_new_tokens, chat=not args.no_chat,
+        speculative=(Speculation(tuple(args.speculative), num_draft_tokens=args.draft_tokens)
+                     if args.speculative else None))
 
 
 # -- check ---------------------------------------------------------------------------------
@@ -380,8 +252,8 @@ def _data_lines(path: str) -> Iterator[tuple[int, str | None, str | None]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    schema = _load_schema(args.schema) if args.schema else None
-    validator = _validator(schema, args.schema) if schema is not None else None
+    schema = load_schema(args.schema) if args.schema else None
+    validator = schema_validator(schema, args.schema) if schema is not None else None
     if args.grammar:
         grammar = Grammar.from_file(args.grammar)
     else:
@@ -500,6 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--draft-tokens", type=int, default=5,
                     help="the most tokens drafted per step with --speculative (default 5)")
     ex.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
+    ex.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                    help="extract on Ray Data with a pool of workers, one model each (needs "
+                         "pip install gramgen[ray]): alone, on a new local Ray instance; with an "
+                         "address (auto, HOST:PORT, ray://HOST:PORT), on that cluster")
+    ex.add_argument("--workers", type=int,
+                    help="with --ray: the number of workers, each with its own model "
+                         "(default: one per CPU of the Ray cluster)")
+    ex.add_argument("--ray-cpus", type=int, metavar="N",
+                    help="with --ray and no address: the CPUs the local Ray instance offers "
+                         "(default: all of this machine's)")
     ex.set_defaults(run=cmd_extract)
 
     ck = sub.add_parser("check", help="which records of JSONL files a schema (or grammar) accepts")
@@ -542,6 +424,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: what ``--ray ADDRESS`` takes: local, auto, HOST:PORT, or a URL such as ray://HOST:PORT
+_RAY_ADDRESS = re.compile(r"local|auto|[A-Za-z][A-Za-z0-9+.-]*://\S+|[^\s/:]+:[0-9]+|\[[0-9A-Fa-f:.]+\]:[0-9]+")
+
+
+def _bare_ray_option(argv: list[str]) -> list[str]:
+    """``--ray`` followed by a word that is no Ray address (``--ray docs/``) takes no value:
+    the word is an input, as it reads."""
+    return ["--ray=local" if arg == "--ray" and i + 1 < len(argv) and not argv[i + 1].startswith("-")
+            and not _RAY_ADDRESS.fullmatch(argv[i + 1]) else arg for i, arg in enumerate(argv)]
+
+
+def _check_ray_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--ray``'s address must look like one (``--ray docs/`` took the inputs' folder for
+    the address); ``--workers`` and ``--ray-cpus`` go with ``--ray`` and are positive."""
+    if args.ray is not None and not _RAY_ADDRESS.fullmatch(args.ray):
+        parser.error(f"--ray={args.ray}: not a Ray address (local, auto, HOST:PORT, ray://HOST:PORT)")
+    for name in ("workers", "ray_cpus"):
+        value = getattr(args, name)
+        option = "--" + name.replace("_", "-")
+        if value is not None and args.ray is None:
+            parser.error(f"{option} goes with --ray")
+        if value is not None and value < 1:
+            parser.error(f"{option} must be at least 1")
+    if args.ray_cpus is not None and args.ray != "local":
+        parser.error("--ray-cpus sizes the local Ray instance that --ray without an address starts")
+
+
 def _drafters(text: str) -> list[str]:
     """``--speculative``'s value: drafter names, comma-separated, each known and once."""
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -557,11 +466,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:
         return _reporting(lambda: cmd_bench(argv[1:]))
     parser = build_parser()
+    if argv[:1] == ["extract"]:
+        argv = _bare_ray_option(argv)
     args = parser.parse_args(argv)
     if args.command == "extract" and args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     if args.command == "extract" and args.draft_tokens < 1:
         parser.error("--draft-tokens must be at least 1")
+    if args.command == "extract":
+        _check_ray_options(parser, args)
     if args.command == "check" and not (args.schema or args.grammar):
         parser.error("check needs --schema or --grammar")
     return _reporting(lambda: args.run(args))
