@@ -17,9 +17,10 @@ How a run of ``m`` masked slots becomes a hole (``canvas=``):
   :data:`EXACT_VOCAB_LIMIT` tokens).
 * ``"bytes"``: ``Hole(min_bytes=m)`` (every token spells at least one byte); the end run is
   ``Hole()``. A sound over-approximation of the slots (the default for real vocabularies).
-  With ``fit=True`` (the default) a candidate is also refused when the witness of its
-  check, spelled in the fewest tokens, needs more slots than some run has: byte holes
-  cannot see that ten slots will not hold ``", "age": 0, "color": "red"}``.
+  With ``fit=True`` (the default) a candidate is also refused when no witness at hand
+  (the check's own, else a shortest one), spelled in the fewest tokens, fits in the slots
+  of every run: byte holes cannot see that ten slots will not hold
+  ``", "age": 0, "color": "red"}``.
 * ``"additive"``: ``Hole()`` for every run (the paper's semantics: a gap is any string,
   and the canvas grows where it must).
 
@@ -785,8 +786,8 @@ def generate_diffusion(model: DiffusionLM, prompt: str | Sequence[int] = (), *, 
     right from the Infiller's mask. ``canvas`` (see the module docstring) picks the hole
     semantics: ``"exact"``, ``"bytes"`` or ``"additive"``; default exact for vocabularies
     up to 1,024 tokens, else bytes. ``fit`` (byte canvases): also refuse a candidate when
-    the check's witness, spelled in the fewest tokens, needs more slots than some run has
-    (one witness per commit; far fewer dead ends). ``budget``: the Infiller's work budget
+    neither the check's own witness nor a shortest one, spelled in the fewest tokens, fits
+    in the slots of every run (a second parse for most commits; far fewer dead ends). ``budget``: the Infiller's work budget
     per check (exceeded: the candidate is refused). ``trace=True`` keeps every committed
     canvas.
     Bad arguments raise :class:`~gramgen.ConfigurationError` before any model work.
