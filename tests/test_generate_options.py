@@ -71,6 +71,20 @@ def test_strict_and_layout_are_part_of_the_compile_cache_key():
     assert target_for(vocab, schema=SCHEMA, indent=2).compiled not in (strict, spaced)
 
 
+def test_reordered_properties_compile_their_own_order():
+    """Two schemas with the same properties in another order are two object layouts: the
+    compile cache must not hand the second the first one's grammar."""
+    vocab = small_vocab([chr(c) for c in range(32, 127)])
+    ab = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+          "required": ["a", "b"], "additionalProperties": False}
+    ba = {**ab, "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}}}
+    first = target_for(vocab, schema=ab, whitespace="compact").compiled
+    second = target_for(vocab, schema=ba, whitespace="compact").compiled
+    assert second is not first
+    assert _accepts(vocab, first, '{"a":1,"b":2}') and not _accepts(vocab, first, '{"b":2,"a":1}')
+    assert _accepts(vocab, second, '{"b":2,"a":1}') and not _accepts(vocab, second, '{"a":1,"b":2}')
+
+
 def _accepts(vocab: gramgen.Vocabulary, cg, text: str) -> bool:
     """Whether ``cg`` accepts ``text`` spelled one character token at a time."""
     ids = {t: i for i, t in enumerate(vocab.tokens)}

@@ -31,10 +31,12 @@ class SchemaSource:
 
     @cached_property
     def key(self) -> str:
-        """``json.dumps(value, sort_keys=True)``: equal schemas, equal keys. Raises
+        """``json.dumps(value)`` with the keys in their order: the order of ``properties``
+        is the order of the generated object, so two schemas that differ only in it must
+        not share a key (sorting them did, and reused the first one's grammar). Raises
         SchemaError when the value is not JSON data (a set, an object, a non-string key)."""
         try:
-            return json.dumps(self.value, sort_keys=True)
+            return json.dumps(self.value)
         except (TypeError, ValueError) as exc:
             raise SchemaError(f"the schema is not JSON data: {exc}") from None
 
