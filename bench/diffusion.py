@@ -473,8 +473,7 @@ def combine(paths: list[Path], out: Path) -> int:
     commits = sorted({m["commit"] for m in metas})
     if len(commits) > 1:   # other work landed meanwhile: fine if none of it touched the decoder
         core = [f"src/gramgen/{d}" for d in ("automata", "runtime", "generation", "grammar", "__init__.py")]
-        changed = _git("diff", "--name-only", commits[0], *commits[1:], "--", *core) if len(commits) == 2 else \
-            "\n".join(_git("diff", "--name-only", a, b, "--", *core) for a, b in zip(commits, commits[1:]))
+        changed = "\n".join(_git("diff", "--name-only", a, b, "--", *core) for a, b in zip(commits, commits[1:]))
         if changed.strip():
             raise SystemExit(f"runs from commits {commits} that differ in {changed.split()}")
         meta["commit"] = f"{', '.join(commits)} (the same src/gramgen/{{automata,runtime,generation,grammar}})"

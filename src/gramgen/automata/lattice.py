@@ -46,7 +46,7 @@ class PositionSet:
     ``scans``: (lexeme, dfa state) -> {origin: derivation}, lexemes being matched.
     """
 
-    __slots__ = ("items", "waiting", "done", "scans", "loop", "predicted", "boundary", "costs", "current")
+    __slots__ = ("items", "waiting", "done", "scans", "loop", "predicted", "boundary", "costs")
 
     def __init__(self, loop: bool, shortest: bool = False):
         self.items: dict = {}
@@ -57,7 +57,6 @@ class PositionSet:
         self.predicted: set = set()
         self.boundary = False
         self.costs: dict | None = {} if shortest else None  # fact -> length of its text
-        self.current = 0
 
     def __bool__(self) -> bool:
         return bool(self.items or self.scans)
