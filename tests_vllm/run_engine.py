@@ -7,12 +7,15 @@ share a process's global state. Usage: ``python run_engine.py SPEC_JSON`` where 
 - ``model``: the model folder; ``engine``: keyword arguments of ``vllm.LLM``;
 - ``explicit``: pass ``logits_processors=[GramgenLogitsProcessor]`` (else only the
   ``vllm.logits_processors`` entry point loads it);
-- ``requests``: a list of ``{"prompt", "extra_args", "temperature", "max_tokens", "seed"}``;
+- ``requests``: a list of ``{"prompt", "extra_args", "temperature", "max_tokens", "seed"}``,
+  optionally ``"structured_outputs"`` (keyword arguments of ``StructuredOutputsParams``);
 - ``mode``: ``"generate"`` (one ``LLM.generate`` call for all) or ``"engine"`` (each request
   added to the engine on its own, so one that is refused does not stop the others).
 
 The output is ``{"startup_error": str | None, "results": [{"text", "token_ids",
-"finish_reason", "error"}, ...]}``, its last line.
+"finish_reason", "error"}, ...], "gramgen_stats": {...} | None}``, its last line; the stats
+are gramgen's structured-output backend's counters (``gramgen.vllm.structured_output.stats``),
+None when it never ran in this process.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ import time
 
 def _params(request: dict):
     from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
 
+    structured = request.get("structured_outputs")
     return SamplingParams(temperature=request.get("temperature", 1.0), max_tokens=request.get("max_tokens", 64),
-                          seed=request.get("seed"), extra_args=request.get("extra_args"))
+                          seed=request.get("seed"), extra_args=request.get("extra_args"),
+                          structured_outputs=StructuredOutputsParams(**structured) if structured else None)
 
 
 def _result(output) -> dict:
@@ -75,7 +81,14 @@ def main(spec: dict) -> dict:
                 if output.finished:
                     by_id[output.request_id] = _result(output)
         results = [by_id[str(i)] for i in range(len(requests))]
-    return {"startup_error": None, "startup_s": startup, "results": results}
+    return {"startup_error": None, "startup_s": startup, "run_s": time.perf_counter() - started - startup,
+            "results": results, "gramgen_stats": _gramgen_stats()}
+
+
+def _gramgen_stats() -> dict | None:
+    backend = sys.modules.get("gramgen.vllm.structured_output")
+    stats = backend.stats() if backend is not None else None
+    return stats if stats and stats["grammars"] else None
 
 
 if __name__ == "__main__":
