@@ -176,7 +176,10 @@ def _post(url: str, body: dict) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def server(model_path, tmp_path_factory):
-    """``vllm serve`` on a loopback port, the processor named with --logits-processors."""
+    """``vllm serve`` on a loopback port, the processor named with --logits-processors, and
+    gramgen's structured-output backend turned on (GRAMGEN_VLLM_STRUCTURED_OUTPUT=1: the
+    plugin patches the API server's request validation and the engine core process's
+    grammar set-up, two processes here)."""
     import os
     import time
     import urllib.request
@@ -187,7 +190,7 @@ def server(model_path, tmp_path_factory):
                "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
                "--max-model-len", "512", "--max-num-seqs", "8", "--seed", "0",
                "--logits-processors", "gramgen.vllm:GramgenLogitsProcessor"]
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", GRAMGEN_VLLM_STRUCTURED_OUTPUT="1")
     with open(log, "wb") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
@@ -232,3 +235,28 @@ def test_vllm_serve_with_vllm_xargs(server, model_path):
     # the server is still up and serving constrained requests
     status, answer = _post(server + "/v1/completions", dict(body, seed=4, vllm_xargs=extra_args(regex=REGEX)))
     assert status == 200 and re.fullmatch(REGEX, answer["choices"][0]["text"]), answer
+
+
+def test_vllm_serve_response_format_served_by_gramgen(server, model_path):
+    """A chat request's response_format, served by gramgen's structured-output backend: the
+    JSON comes in gramgen's layout (json.dumps' separators; vLLM's default xgrammar backend
+    lets this random model write whitespace without end), and a bad schema is answered 400
+    with gramgen's message."""
+    schema = {"name": "person", "schema": PERSON}
+    body = {"model": model_path, "messages": [{"role": "user", "content": "A person, as JSON."}],
+            "max_tokens": 96, "temperature": 1.0, "seed": 5,
+            "response_format": {"type": "json_schema", "json_schema": schema}}
+    status, answer = _post(server + "/v1/chat/completions", body)
+    assert status == 200, answer
+    choice = answer["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    text = choice["message"]["content"]
+    value = json.loads(text)
+    jsonschema.validate(value, PERSON)
+    assert text == json.dumps(value, ensure_ascii=False), text
+
+    bad = dict(body, response_format={"type": "json_schema", "json_schema": {
+        "name": "bad", "schema": {"type": "integer", "minimum": "zero"}}})
+    status, answer = _post(server + "/v1/chat/completions", bad)
+    assert status == 400, answer
+    assert "gramgen: structured_outputs.json: SchemaError" in json.dumps(answer), answer
