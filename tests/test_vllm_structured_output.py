@@ -90,6 +90,19 @@ def test_unsupported_and_malformed_constraints_fail_with_gramgen_errors_naming_t
     assert isinstance(constraint_grammar("json", json.dumps(PERSON)), gramgen.Grammar)
 
 
+def test_layout_options_gramgen_cannot_honour_are_refused():
+    from types import SimpleNamespace
+
+    so._check_options(SimpleNamespace(disable_any_whitespace=False, whitespace_pattern=None, json_object=None,
+                                      disable_additional_properties=True))
+    with pytest.raises(gramgen.ConfigurationError, match="disable_any_whitespace"):
+        so._check_options(SimpleNamespace(disable_any_whitespace=True, whitespace_pattern=None))
+    with pytest.raises(gramgen.ConfigurationError, match="whitespace_pattern"):
+        so._check_options(SimpleNamespace(disable_any_whitespace=False, whitespace_pattern=r"[ ]?"))
+    with pytest.raises(gramgen.ConfigurationError, match="json_object"):
+        so._check_options(SimpleNamespace(json_object=False))
+
+
 def test_compiled_grammars_are_cached_per_constraint_and_vocabulary(vocab):
     spec = json.dumps(PERSON)
     assert compiled_for("json", spec, vocab) is compiled_for("json", spec, vocab)

@@ -114,7 +114,8 @@ def batch_run(model_path):
                    structured("Pick:", 24, choice=CHOICE),
                    {"prompt": "Plain:", "seed": 25, "max_tokens": 12},
                    structured("Bad:", 26, json=json.dumps({"type": "integer", "minimum": "zero"})),
-                   structured("Tag:", 27, structural_tag=json.dumps({"structures": [], "triggers": []}))])
+                   structured("Tag:", 27, structural_tag=json.dumps({"structures": [], "triggers": []})),
+                   structured("Spaces:", 28, json=json.dumps(PERSON), whitespace_pattern=r"[ ]?")])
     return run(model_path, requests)
 
 
@@ -149,10 +150,11 @@ def test_the_unconstrained_request_is_left_alone(batch_run):
 
 
 def test_bad_and_unsupported_constraints_fail_alone_with_gramgen_errors(batch_run):
-    bad, tag = batch_run["results"][12:]
+    bad, tag, spaces = batch_run["results"][12:]
     assert bad["error"] is not None and "gramgen" in bad["error"], bad
     assert "structured_outputs.json" in bad["error"] and "minimum" in bad["error"], bad
     assert tag["error"] is not None and "structural_tag" in tag["error"] and "gramgen" in tag["error"], tag
+    assert spaces["error"] is not None and "whitespace_pattern" in spaces["error"], spaces
 
 
 #: JSON the ngram drafter can copy: names longer than maxLength 6, an age above 99, keys out

@@ -422,10 +422,30 @@ def register() -> None:
         logger.info("gramgen: structured outputs of engines with backend 'auto' are served by gramgen (%s=1)", ENV)
 
 
+def _check_options(params: Any) -> None:
+    """ConfigurationError for the per-request layout options gramgen cannot honour (the
+    backend sees only the constraint): JSON comes in gramgen's layout (``json.dumps``'
+    ``", "`` and ``": "``). ``disable_additional_properties`` needs nothing: undeclared keys
+    are never generated."""
+    if getattr(params, "disable_any_whitespace", False):
+        raise ConfigurationError("structured_outputs.disable_any_whitespace is not served by gramgen's backend "
+                                 "(its JSON is laid out as json.dumps does, with ', ' and ': ')")
+    if getattr(params, "whitespace_pattern", None):
+        raise ConfigurationError("structured_outputs.whitespace_pattern is not served by gramgen's backend "
+                                 "(its JSON is laid out as json.dumps does, with ', ' and ': ')")
+    if getattr(params, "json_object", None) is False:
+        raise ConfigurationError("structured_outputs.json_object must be True if set")
+
+
 def _patch_validation() -> None:
     from vllm.exceptions import VLLMValidationError
     from vllm.sampling_params import SamplingParams
     from vllm.v1.structured_output.request import get_structured_output_key
+
+    try:
+        from vllm.sampling_params import check_json_nesting
+    except ImportError:
+        check_json_nesting = None
 
     original = SamplingParams._validate_structured_outputs
 
@@ -435,10 +455,15 @@ def _patch_validation() -> None:
                 or structured_outputs_config.backend != "auto" or getattr(model_config, "is_diffusion", False)
                 or (params._backend not in (None, BACKEND) and not params._backend_was_auto)):
             return original(self, model_config, structured_outputs_config, tokenizer)
-        kind, spec = get_structured_output_key(params)
         try:
+            _check_options(params)
+            kind, spec = get_structured_output_key(params)
+            if check_json_nesting is not None:   # vLLM's guard against deeply nested JSON
+                check_json_nesting(params.json)
             check_constraint(kind.name.lower(), spec)
-        except ConfigurationError as exc:
+        except VLLMValidationError:
+            raise
+        except (ConfigurationError, ValueError) as exc:
             raise VLLMValidationError(f"gramgen: {exc}") from exc
         params._backend = BACKEND
         params._backend_was_auto = True
