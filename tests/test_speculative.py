@@ -165,6 +165,27 @@ def test_a_point_mass_rule_without_the_residual_fails(monkeypatch):
     assert pvalue(spec, vocab, exact) < ALPHA
 
 
+@pytest.mark.parametrize("draft", ["prompt_lookup", ("forced", "prompt_lookup")])
+def test_point_mass_drafts_keep_the_seeds_draws(draft):
+    """With drafts that are a function of the context (lookup, forced text), a sampled run
+    draws the same tokens as without speculation for the same seed, whatever the draft
+    lengths (adaptive here): each position's draw is the one plain sampling makes, kept
+    iff it is the draft. A rule that keeps drafts by a separate uniform draw would not."""
+    setups = {"prompt_lookup": expr_setup, ("forced", "prompt_lookup"): enum_setup}
+    vocab, cg, lm = setups[draft](seed=3, scale=1.0)
+    prompt = _prompt(setups[draft], vocab)
+    spec = Speculation(draft, num_draft_tokens=3)
+    drafted = accepted = 0
+    for seed in range(120):
+        kw = dict(grammar=cg, seed=seed, max_new_tokens=MAX_NEW, temperature=1.3, top_k=6)
+        plain = gramgen.generate(lm, prompt, **kw)
+        fast = gramgen.generate(lm, prompt, speculative=spec, **kw)
+        assert fast.tokens == plain.tokens, seed
+        drafted += fast.stats.drafted
+        accepted += fast.stats.accepted
+    assert 0 < accepted < drafted, (accepted, drafted)
+
+
 def test_awrs_with_drafts_is_exact():
     """AWRS's outputs follow masked sampling at temperature 1 (its local draws are exact);
     with a draft model and with prompt lookup the same holds (p > 1e-3, N = 3000)."""
@@ -518,14 +539,23 @@ def test_best_length_weighs_acceptance_against_cost():
     assert best_length(copy, 0.15, 5) == 5
     assert best_length(_Acceptance([0.4, 0.1, 0.1, 0.1, 0.1]), 0.15, 5) == 1
     assert copy.expected(0) == 1.0 and abs(copy.expected(1) - 1.4) < 1e-12
+    # a CPU's step: the first drafted position costs most of a step, the next ones little
     costs = StepCosts()
-    for extra in [0, 1, 2, 3, 4, 0, 2, 4] * 3:
-        costs.observe(0.1 + 0.02 * extra, extra)
-    a, b = costs.step()
-    assert abs(a - 0.1) < 1e-9 and abs(b - 0.02) < 1e-9
-    assert abs(costs.relative(False) - 0.2) < 1e-9
+    assert costs.seconds(0) is None and abs(costs.relative(2, False) - 1.2) < 1e-9   # the prior
+    for extra in [0, 1, 2, 4, 0, 4] * 3:
+        costs.observe(0.1 + (0.06 + 0.005 * extra if extra else 0.0), extra)
+    assert abs(costs.seconds(0) - 0.1) < 1e-9 and abs(costs.seconds(4) - 0.18) < 1e-9
+    assert abs(costs.seconds(3) - 0.18) < 1e-9    # not seen: the nearest, the larger on a tie
+    assert abs(costs.seconds(5) - 0.18) < 1e-9
+    assert abs(costs.relative(1, False) - 1.65) < 1e-9
     costs.observe_draft(0.05)
-    assert abs(costs.relative(True) - 0.7) < 1e-9
+    assert abs(costs.relative(2, True) - (1.7 + 2 * 0.5)) < 1e-9
+    # a short draft pays the jump for little: a modest first-token acceptance drafts long or not at all
+    modest = _Acceptance([0.55, 0.9, 0.9, 0.9, 0.9])
+    step = lambda g: costs.relative(g, False)   # noqa: E731
+    assert best_length(modest, step, 5) == 5
+    assert best_length(_Acceptance([0.55, 0.1, 0.1, 0.1, 0.1]), step, 5) == 0
+    assert best_length(_Acceptance([0.55, 0.1, 0.1, 0.1, 0.1]), 0.15, 5) == 1   # where a line would draft
 
 
 def test_a_draft_model_that_never_agrees_stops_drafting():

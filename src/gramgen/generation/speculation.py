@@ -28,18 +28,19 @@ Every proposal is cut at the first token the constraint rejects (it could never 
 kept). With ``adaptive=True`` each drafter drafts, per sequence and step, the number of
 tokens that maximises the expected tokens per second: from its acceptance so far (per
 sequence, starting from the call's; per place in its run of tokens, since a copied name is
-right to its end or wrong from its start), the measured cost of a step of the target
-model as a function of the positions it verifies, and a draft model's cost per forward
-pass (:class:`StepCosts`). A drafter that does not pay (a draft model that rarely agrees,
-long drafts where each verified position costs much, as on a CPU) drafts nothing, and
-tries one token after 8 steps, then 16, 32, up to 64, to learn whether that changed.
-Acceptance starts from 0.9 for the first token of forced text (the grammar's own; only
-its tokenisation may differ) and 0.5 for the others.
+right to its end or wrong from its start; for lookup per kind of match), the measured cost
+of a step of the target model for each number of positions it verifies, and a draft model's
+cost per forward pass (:class:`StepCosts`); the finished draft is then cut to its best
+prefix (point-mass drafts only). A drafter that does not pay drafts nothing, and probes
+after 8 steps, then 16, 32, up to 64. What was learned carries over to the target's later
+calls (:func:`_learned`). Acceptance starts from 0.9 for the first token of forced text (the
+grammar's own; only its tokenisation may differ) and 0.5 for the others.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from numbers import Integral
@@ -77,6 +78,8 @@ _DECAY = 0.9
 #: relative to a step of the target model
 _PRIOR_POSITION_COST = 0.1
 _PRIOR_DRAFT_COST = 0.3
+#: a step measured as more than this many times its mean so far counts as that many
+_OUTLIER = 3.0
 #: text lookup matches the last 12 down to 2 bytes of the generated text
 _TEXT_SUFFIX = (12, 2)
 #: bytes of text taken after a text match, per token wanted
@@ -170,6 +173,8 @@ class _Drafting:
     sources: list[tuple[str, int]] = field(default_factory=list)
     source: str = ""
     run: int = 0
+    #: a drafter is drafting to re-measure its acceptance: keep the whole draft
+    probe: bool = False
 
     #: the most tokens the draft may hold after the current drafter
     limit: int = 1 << 30
@@ -245,60 +250,96 @@ class _Acceptance:
 
 class StepCosts:
     """What speculation costs, measured as it runs: the seconds of a step of the target
-    model as ``a + b · (positions - 1)`` (a decayed least-squares fit over the steps seen;
-    a step is forward pass, verification and masks), and the seconds of one forward pass
-    of a draft model."""
+    model (forward pass, verification and masks) by how many drafted positions it verified
+    (a decayed mean per count), and the seconds of one forward pass of a draft model.
 
-    def __init__(self) -> None:
-        self._sums = np.zeros(5)   # decayed Σw, Σx, Σy, Σx², Σxy
+    Kept per count, not as a line: on a CPU the first drafted position costs most of a
+    step (the matrix products switch from vector to matrix kernels) and the next ones
+    little, so a line through the counts seen mistakes a short draft for a cheap one."""
+
+    def __init__(self, most: int = 16) -> None:
+        self._weight = np.zeros(most + 1)   # decayed count and sum of seconds per drafted count
+        self._total = np.zeros(most + 1)
         self.draft_seconds: float | None = None
 
     def observe(self, seconds: float, extra_positions: int) -> None:
-        x = float(extra_positions)
-        self._sums = _DECAY * self._sums + np.array([1.0, x, seconds, x * x, x * seconds])
+        k = min(int(extra_positions), self._weight.shape[0] - 1)
+        if self._weight[k] >= 1.0:   # one stall (another process, a collection) is not the step's cost
+            seconds = min(seconds, _OUTLIER * self._total[k] / self._weight[k])
+        self._weight[k] = _DECAY * self._weight[k] + 1.0
+        self._total[k] = _DECAY * self._total[k] + seconds
 
     def observe_draft(self, seconds: float) -> None:
         d = self.draft_seconds
         self.draft_seconds = seconds if d is None else _DECAY * d + (1 - _DECAY) * seconds
 
-    def step(self) -> tuple[float, float] | None:
-        """(a, b) in seconds, or None before any step was seen."""
-        w, x, y, xx, xy = self._sums
-        if w <= 0:
+    def seconds(self, extra_positions: int) -> float | None:
+        """The mean seconds of a step verifying ``extra_positions`` drafted tokens; for a
+        count not seen yet, the nearest drafted count seen (the larger on a tie); None
+        when no step with drafts (or, for 0, without) was seen."""
+        k = min(int(extra_positions), self._weight.shape[0] - 1)
+        seen = np.flatnonzero(self._weight > 0)
+        if k > 0:
+            seen = seen[seen > 0]
+        elif not (seen == 0).any():
             return None
-        spread = w * xx - x * x
-        if spread > 1e-9 * w * w:
-            b = max(0.0, (w * xy - x * y) / spread)
-            a = (y - b * x) / w
-            if a > 0:
-                return a, b
-        mean_x, mean_y = x / w, y / w   # one draft length only: the prior splits the time
-        a = mean_y / (1 + _PRIOR_POSITION_COST * mean_x)
-        return a, _PRIOR_POSITION_COST * a
+        if seen.shape[0] == 0:
+            return None
+        near = int(seen[np.lexsort((-seen, np.abs(seen - k)))[0]])
+        return float(self._total[near] / self._weight[near])
 
-    def relative(self, model: bool) -> float:
-        """The cost of one more drafted token relative to a target step: its verified
-        position, plus a draft-model forward when ``model``."""
-        fit = self.step()
-        if fit is None:
-            return _PRIOR_POSITION_COST + (_PRIOR_DRAFT_COST if model else 0.0)
-        a, b = fit
-        cost = min(b / a, 2.0)
-        if model:
-            cost += _PRIOR_DRAFT_COST if self.draft_seconds is None else self.draft_seconds / a
-        return cost
+    def relative(self, extra_positions: int, model: bool) -> float:
+        """The cost of a step with ``extra_positions`` drafted tokens relative to a step
+        without: its verification, plus that many draft-model forwards when ``model``.
+        Before both kinds of step were measured, a prior: each drafted position costs a
+        tenth of a step (a draft-model forward three tenths)."""
+        g = int(extra_positions)
+        if g == 0:
+            return 1.0
+        plain, drafted = self.seconds(0), self.seconds(g)
+        if plain is None or drafted is None or plain <= 0:
+            cost = 1.0 + _PRIOR_POSITION_COST * g
+            draft = _PRIOR_DRAFT_COST
+        else:
+            cost = min(drafted / plain, 1.0 + 2.0 * g)
+            draft = _PRIOR_DRAFT_COST if self.draft_seconds is None else self.draft_seconds / plain
+        return cost + (g * draft if model else 0.0)
 
 
-def best_length(acceptance: _Acceptance, cost: float, most: int) -> int:
+def best_length(acceptance: _Acceptance, cost, most: int) -> int:
     """The draft length (0 to ``most``) with the most expected tokens per unit of time: a
     step with ``g`` drafted tokens emits ``acceptance.expected(g)`` tokens and costs
-    ``1 + g · cost`` steps without drafts."""
+    ``cost(g)`` steps without drafts (a number ``c``: ``1 + g · c``)."""
+    if not callable(cost):
+        per_position = float(cost)
+        cost = lambda g: 1.0 + g * per_position   # noqa: E731
     best, value = 0, 1.0
     for g in range(1, most + 1):
-        v = acceptance.expected(g) / (1 + g * cost)
+        v = acceptance.expected(g) / cost(g)
         if v > value:
             best, value = g, v
     return best
+
+
+#: per target model: its step costs, and per (draft model, γ) each drafter's acceptance
+_LEARNED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _learned(target: LanguageModel, spec: Speculation) -> tuple[StepCosts, dict[str, _Acceptance], dict[str, int]]:
+    """What speculation on ``target`` learned in earlier calls: the step costs, and per
+    drafter its call-level acceptance and the steps a drafter that does not pay waits
+    before it probes (new ones for a first call, or a target that cannot be weakly
+    referenced)."""
+    try:
+        memory = _LEARNED.get(target)
+        if memory is None:
+            memory = _LEARNED[target] = (StepCosts(), {})
+    except TypeError:
+        return StepCosts(), {}, {}
+    draft = spec.model
+    key = (None if draft is None else id(draft), spec.num_draft_tokens)
+    rates, waits = memory[1].setdefault(key, ({}, {}))
+    return memory[0], rates, waits
 
 
 class Speculator:
@@ -322,9 +363,9 @@ class Speculator:
         self.target = target
         self.policy = policy or DraftPolicy()
         self.eos = frozenset(target.vocab.eos_token_ids)
-        self.costs = StepCosts()
-        #: acceptance per drafter, over the call and per sequence
-        self._rates: dict[str, _Acceptance] = {}
+        #: step costs and acceptance per drafter carry over from the target's earlier calls
+        #: (with the same drafters and γ): they are the machine's and the models', not the call's
+        self.costs, self._rates, self._waits = _learned(target, spec)
         self._seq_rates: dict[tuple[Sequence, str], _Acceptance] = {}
         #: per sequence: (drafted and kept counts seen, (drafter, place) of each token of its last draft)
         self._last: dict[Sequence, tuple[int, int, list[tuple[str, int]]]] = {}
@@ -361,7 +402,8 @@ class Speculator:
             source = part if isinstance(part, str) else "model"
             active = []
             for it in items:
-                cap = self._length(it.seq, source)
+                cap, probe = self._length(it.seq, source)
+                it.probe |= probe
                 if cap and not it.ended:   # γ bounds the whole draft, whichever drafters fill it
                     it.source, it.run = source, 0
                     it.limit = min(len(it.draft) + cap, self.spec.num_draft_tokens)
@@ -378,6 +420,7 @@ class Speculator:
                 self._model_draft(part, active)
         longest = 0
         for it in items:
+            self._trim(it)
             self._last[it.seq] = (it.seq.stats.drafted, it.seq.stats.accepted, it.sources)
             if it.draft.tokens:
                 it.seq.draft = it.draft
@@ -401,29 +444,64 @@ class Speculator:
     def _rate(self, seq: Sequence, source: str) -> _Acceptance:
         found = self._seq_rates.get((seq, source))
         if found is None:
-            first, later = _PRIOR_ACCEPTANCE.get(source, (0.5, 0.5))
+            first, later = _PRIOR_ACCEPTANCE.get(source.split(":")[0], (0.5, 0.5))
             prior = [first] + [later] * (self.spec.num_draft_tokens - 1)
             call = self._rates.setdefault(source, _Acceptance(prior))
             found = self._seq_rates[(seq, source)] = _Acceptance(call.rates)
         return found
 
-    def _length(self, seq: Sequence, source: str) -> int:
+    def _length(self, seq: Sequence, source: str) -> tuple[int, bool]:
         """How many tokens ``source`` may draft for ``seq`` this step (see the module
-        docstring); γ when not adaptive."""
+        docstring; γ when not adaptive), and whether that is a probe."""
         gamma = self.spec.num_draft_tokens
         if not self.spec.adaptive:
-            return gamma
-        length = best_length(self._rate(seq, source), self.costs.relative(source == "model"), gamma)
+            return gamma, False
+        model = source == "model"
+        length = max(best_length(self._rate(seq, kind), lambda g: self.costs.relative(g, model), gamma)
+                     for kind in self._kinds(source))
         if length:
             self._idle.pop((seq, source), None)
-            return length
-        idle, wait = self._idle.get((seq, source), (0, _PROBE_EVERY))
+            self._waits[source] = _PROBE_EVERY
+            return length, False
+        idle, wait = self._idle.get((seq, source), (0, self._waits.get(source, _PROBE_EVERY)))
         idle += 1
         if idle < wait:
             self._idle[(seq, source)] = (idle, wait)
-            return 0
-        self._idle[(seq, source)] = (0, min(2 * wait, _PROBE_MAX))   # probe; the next waits longer
-        return 1
+            return 0, False
+        wait = self._waits[source] = min(2 * wait, _PROBE_MAX)   # probe; the next waits longer
+        self._idle[(seq, source)] = (0, wait)
+        # beyond its first, a drafted position costs a step little: probe with all γ (a
+        # draft model's forwards do cost, so it probes with two)
+        return (min(2, gamma) if model else gamma), True
+
+    def _kinds(self, source: str) -> list[str]:
+        """The kinds of proposal a drafter makes, each with its own acceptance: prompt
+        lookup's by how much of the context its match covers (a 3-token match is right
+        more often than a 1-token one)."""
+        if source != "prompt_lookup":
+            return [source]
+        return [f"prompt_lookup:{n}" for n in range(1, self.spec.max_ngram + 1)] + ["prompt_lookup:text"]
+
+    def _trim(self, it: _Drafting) -> None:
+        """Keep the prefix of a finished draft with the most expected tokens per unit of
+        time (possibly none): the drafters may have found fewer tokens than the length they
+        were given, and a short draft can cost nearly a whole step for little. Only for
+        point-mass drafts (a function of the context, so any prefix of one verifies
+        exactly), and never for a probe."""
+        if not self.spec.adaptive or it.probe or not it.draft.tokens:
+            return
+        if any(q is not None for q in it.draft.probs):
+            return
+        expected = chance = 1.0
+        best, value = 0, 1.0
+        for g, (source, index) in enumerate(it.sources, 1):
+            rates = self._rate(it.seq, source).rates
+            chance *= rates[min(index, rates.shape[0] - 1)]
+            expected += chance
+            v = expected / self.costs.relative(g, False)
+            if v > value:
+                best, value = g, v
+        del it.draft.tokens[best:], it.draft.probs[best:], it.sources[best:]
 
     # -- the drafters ----------------------------------------------------------------------
 
@@ -451,6 +529,7 @@ class Speculator:
                 if k == len(follow) or tried >= _LOOKUP_CANDIDATES:
                     break
             if best:
+                it.source = f"prompt_lookup:{n}"
                 it.extend(best)
                 return
         self._text_lookup(it)
@@ -481,6 +560,7 @@ class Speculator:
             if len(tokens) > 1:
                 tokens = tokens[:-1]   # the last may be a word cut short
             if tokens:
+                it.source = "prompt_lookup:text"
                 it.extend(tokens)
             return
 

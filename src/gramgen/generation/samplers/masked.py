@@ -188,17 +188,32 @@ class MaskedSampler:
                     return Choice(None, logprob, 0.0, tuple(accepted))
                 if single in self.eos:   # only ending: as prepare would, without a draw
                     return Choice(None, logprob, 0.0, tuple(accepted), finish="grammar")
+                if single is not None and self.options.jump_forward:
+                    # one token allowed: as prepare would, without a draw (its probability is 1)
+                    if j == len(draft):
+                        return Choice(single, logprob, 0.0, tuple(accepted))
+                    accepted.append(single)   # a draft the constraint allowed: it is ``single``
+                    continue
             scores = self._masked(logits[j:j + 1], row_words)
             if not greedy:
                 scores = warp(scores, self.options.temperature, self.options.top_k, self.options.top_p)
             logp = torch.log_softmax(scores, dim=-1)[0]
             if j == len(draft):   # every draft kept: the next token
-                token = int(torch.argmax(logp)) if greedy else self._draw(logp.exp())
+                token = int(torch.argmax(logp)) if greedy else self._draw_row(logp)
                 return Choice(token, logprob + float(logp[token]), 0.0, tuple(accepted))
             x, q = draft.tokens[j], draft.probs[j]
             if greedy:
                 best = int(torch.argmax(logp))
                 keep = best == x
+            elif q is None:
+                # a point mass: the draw plain sampling makes here, kept iff it is the
+                # draft (probability p(x)); otherwise it is a draw of p without x, which is
+                # the residual. One draw per emitted token, as without speculation, so a
+                # seed gives the same tokens with and without point-mass drafts
+                best = self._draw_row(logp)
+                keep = best == x
+                if not keep:
+                    return Choice(best, logprob + float(logp[best]), 0.0, tuple(accepted))
             else:
                 p_x = float(logp[x].exp()) if x < logp.shape[0] else 0.0
                 q_x = 1.0 if q is None else float(q[x])
@@ -240,6 +255,12 @@ class MaskedSampler:
         import torch
 
         return float(torch.rand((), generator=self.generator(device), device=device))
+
+    def _draw_row(self, logp) -> int:
+        """A token drawn from ``exp(logp)`` (1-D) exactly as :meth:`_pick` draws a row."""
+        import torch
+
+        return int(torch.multinomial(logp.exp()[None], 1, generator=self.generator(logp.device))[0, 0])
 
     def _draw(self, weights) -> int:
         """A token drawn with probability proportional to ``weights`` (1-D, >= 0)."""
