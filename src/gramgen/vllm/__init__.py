@@ -7,6 +7,11 @@ each request whose ``extra_args`` (``vllm_xargs`` on the OpenAI server) carry on
 ``gramgen_schema``, ``gramgen_lark``, ``gramgen_gbnf``, ``gramgen_regex``;
 :func:`extra_args` builds those from a schema (a pydantic model too) or grammar text.
 
+:mod:`gramgen.vllm.structured_output` is the other way in: vLLM's structured-output
+backend (``response_format``, ``SamplingParams(structured_outputs=...)``, speculative
+decoding included), turned on with ``GRAMGEN_VLLM_STRUCTURED_OUTPUT=1`` through its
+``vllm.general_plugins`` entry point (vLLM 0.32.x). It is not imported here.
+
 This package is an adapter at the edge: it uses gramgen's core and the core never imports
 it. It imports without vLLM; only building the processor needs vLLM.
 """
