@@ -101,6 +101,39 @@ def test_the_plugin_is_installed_and_changes_nothing_without_the_opt_in(monkeypa
     assert not so._patched
 
 
+def test_the_validation_hook_serves_auto_engines_only(monkeypatch):
+    """register() with the opt-in, in this process (its methods restored afterwards): an
+    engine at backend "auto" gets its requests marked for gramgen, a bad constraint refused
+    with gramgen's message; one that names xgrammar keeps it."""
+    from types import SimpleNamespace
+
+    from vllm.config import StructuredOutputsConfig
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    monkeypatch.setattr(SamplingParams, "_validate_structured_outputs", SamplingParams._validate_structured_outputs)
+    monkeypatch.setattr(StructuredOutputManager, "grammar_init", StructuredOutputManager.grammar_init)
+    monkeypatch.setattr(so, "_patched", False)
+    monkeypatch.setenv(so.ENV, "1")
+    so.register()
+    assert hasattr(SamplingParams._validate_structured_outputs, "__wrapped__")
+    model = SimpleNamespace(is_diffusion=False)
+
+    def validate(backend: str, **constraint) -> SamplingParams:
+        params = SamplingParams(structured_outputs=StructuredOutputsParams(**constraint))
+        params._validate_structured_outputs(model, StructuredOutputsConfig(backend=backend), object())
+        return params
+
+    assert validate("auto", json=PERSON).structured_outputs._backend == "gramgen"
+    assert validate("auto", grammar=GBNF).structured_outputs._backend == "gramgen"
+    assert validate("xgrammar", json=PERSON).structured_outputs._backend == "xgrammar"
+    with pytest.raises(VLLMValidationError, match=r"gramgen: structured_outputs\.regex: GrammarError"):
+        validate("auto", regex="a(b")
+    with pytest.raises(VLLMValidationError, match="gramgen.*structural_tag"):
+        validate("auto", structural_tag=json.dumps({"structures": [], "triggers": []}))
+
+
 @pytest.fixture(scope="module")
 def batch_run(model_path):
     """One engine with the opt-in; every request added on its own (as a server does), then

@@ -389,6 +389,7 @@ class GramgenBackend(_Backend):
 
 _patched = False
 _patch_lock = threading.Lock()
+_warned: list[bool] = []   # the warning about an engine that names another backend, once
 
 
 def opted_in() -> bool:
@@ -451,6 +452,12 @@ def _patch_validation() -> None:
 
     def _validate_structured_outputs(self, model_config, structured_outputs_config, tokenizer):
         params = self.structured_outputs
+        if (params is not None and structured_outputs_config is not None
+                and structured_outputs_config.backend != "auto" and not _warned):
+            _warned.append(True)
+            logger.warning("gramgen: %s is set, but this engine names the structured-output backend %r, "
+                           "which serves its requests; leave the backend at 'auto' for gramgen to serve them",
+                           ENV, structured_outputs_config.backend)
         if (structured_outputs_config is None or params is None or tokenizer is None
                 or structured_outputs_config.backend != "auto" or getattr(model_config, "is_diffusion", False)
                 or (params._backend not in (None, BACKEND) and not params._backend_was_auto)):
