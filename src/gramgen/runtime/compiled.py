@@ -9,6 +9,7 @@ import numpy as np
 
 from .._lru import LRU
 from ..automata import bitmask
+from ..automata.alphabet import TokenFilter, language_bytes
 from ..automata.bitmask import set_bits
 from ..automata.dfa import canonical_form, compile_regexes, probe_bytes
 from ..automata.earley import Interner, ParserTables
@@ -114,6 +115,7 @@ class CompiledGrammar:
         self._intern = Interner()
         self._lock = threading.Lock()
         self._documents: list = []   # most recently used last (see matcher_after)
+        self._token_filter: TokenFilter | None = None   # made on first use
         self._initial = self.tables.initial_set()
         self._initial.sig = self.tables.signature([self._initial], 0, self._intern)
         precompute = options.precompute
@@ -151,6 +153,39 @@ class CompiledGrammar:
             docs.append(best)
             del docs[:-self.DOCUMENTS]
         return best.update(data)
+
+    # -- tokens ruled out before any check (samplers that check one token at a time) --------
+
+    @property
+    def token_filter(self) -> TokenFilter:
+        """The grammar's byte alphabet and the tokens' first bytes as vectors over the
+        vocabulary (see ``automata.alphabet``), made on first use."""
+        found = self._token_filter
+        if found is None:
+            found = TokenFilter(self.token_table, language_bytes(self.tables.lex_dfas), self.eos_ids)
+            with self._lock:
+                if self._token_filter is None:
+                    self._token_filter = found
+                found = self._token_filter
+        return found
+
+    def possible_tokens(self, matcher: Matcher) -> np.ndarray | None:
+        """bool[vocab.size], read-only: a superset of the tokens ``matcher.check`` allows in
+        its current state, found without checking any (EOS ids always in). The cached mask
+        of the state where there is one; else the tokens in the grammar's alphabet whose
+        first byte can come next. None for an :class:`IndentedMatcher` (its scanner
+        rewrites the text the chart sees)."""
+        if type(matcher) is not Matcher or matcher._cg is not self:
+            return None
+        if matcher._terminated:
+            return np.zeros(self.vocab_size, dtype=bool)
+        cur = matcher._chart[-1]
+        words = self.mask_cache.peek(cur.sig)
+        if words is not None:
+            out = bitmask.unpack(words, self.vocab_size).copy()
+            out[self.token_filter.eos_ids] = True
+            return out
+        return self.token_filter.possible(self.tables.allowed_bytes(cur))
 
     # -- caches shared by matchers ---------------------------------------------------------
 
@@ -371,6 +406,14 @@ class CompiledGrammar:
                     filtered = self._drop_hopeless_exits(found, k, q)
                     with self._lock:
                         self._lexeme_tokens[(k, q)] = filtered
+
+
+def possible_tokens(matcher) -> np.ndarray | None:
+    """:meth:`CompiledGrammar.possible_tokens` of the matcher's own compiled grammar (None
+    for anything but a plain :class:`Matcher`)."""
+    if type(matcher) is not Matcher:
+        return None
+    return matcher._cg.possible_tokens(matcher)
 
 
 class _LazyMemos(dict):

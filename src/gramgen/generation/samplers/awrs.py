@@ -11,6 +11,13 @@ With ``r1`` the mass rejected in round 1 and ``N`` the rejections of both rounds
 ``w = (M - r1) / (N + 1)`` has ``E[w] = Z``, where ``M`` is the total mass of ``p``
 (1 when ``p`` is normalised; the kept mass when it was pruned).
 
+Both rounds are exponential races over the whole vocabulary. Tokens the grammar rules out
+before any check (its byte alphabet and the bytes that may come next, see
+``CompiledGrammar.possible_tokens``) still run in the race and count among ``r1`` and
+``N`` exactly as rejections, they are only never checked: the token and the weight are
+the same random variables as without the pre-filter (and, for one seed, the same values),
+at a fraction of the checks.
+
 Speculative decoding (:meth:`AWRSSampler.verify`): no full mask is computed, so a draft is
 verified by coupling: at each drafted position AWRS makes its own draw, exactly as it
 would without the draft; the drafted token is kept iff that draw equals it, and the first
@@ -28,11 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...automata.vocabulary import Vocabulary
-from ..constraint import known_mask
+from ...runtime.compiled import possible_tokens as _matcher_possible
+from ..constraint import MatcherConstraint, known_mask
 from ..lm import never_ids, normalised_logprobs
 from ..loop import Choice, Draft, Sequence
 
-__all__ = ["AWRS", "AWRSSampler", "AWRSStep", "WithoutReplacement", "awrs_step"]
+__all__ = ["AWRS", "AWRSSampler", "AWRSStep", "WithoutReplacement", "awrs_step", "possible_tokens"]
 
 
 @dataclass(frozen=True)
@@ -108,38 +116,76 @@ class WithoutReplacement:
         self.removed_mass = 0.0
 
 
-def _first_allowed(p: np.ndarray, excluded: np.ndarray, allowed: np.ndarray,
-                   rng: np.random.Generator) -> tuple[np.ndarray, int | None]:
-    """Continue a without-replacement draw over the tokens with mass outside ``excluded``
-    (bool mask), all at once: (the tokens drawn before the first allowed one, that token
-    or None).
+class _Race:
+    """One without-replacement draw from ``p`` as an exponential race: token t "arrives" at
+    ``E_t / p_t`` with ``E_t ~ Exp(1)`` drawn for every token; arrival order is a weighted
+    draw without replacement (Gumbel-top-k in another guise). The first allowed arrival is
+    found by visiting the ``candidates`` (tokens that may be allowed) in arrival order,
+    sorting lazily (a few at a time, never the whole vocabulary); tokens left out of the
+    candidates are known rejections, which arrive and count exactly as if checked."""
 
-    Exponential race (Gumbel-top-k in another guise): token t "arrives" at time
-    ``E_t / p_t`` with ``E_t ~ Exp(1)``; arrival order is a weighted draw without
-    replacement, so the first allowed token is the allowed one that arrives first and
-    the tokens drawn before it are those arriving earlier. No sort is needed.
-    """
-    with np.errstate(divide="ignore"):
-        times = rng.standard_exponential(p.shape[0]) / p
-    times[excluded] = np.inf
-    masked = np.where(allowed, times, np.inf)
-    x = int(np.argmin(masked))
-    if masked[x] == np.inf:
-        return np.flatnonzero(np.isfinite(times)), None
-    return np.flatnonzero(times < times[x]), x
+    def __init__(self, p: np.ndarray, live: np.ndarray, rng: np.random.Generator):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            times = rng.standard_exponential(p.shape[0]) / p
+        times[~live] = np.inf
+        self.times = times
+
+    def first(self, candidates: np.ndarray, ok: Callable[[int], bool],
+              allowed: Callable[[], np.ndarray] | None, mask_after: int) -> int | None:
+        """The first allowed candidate to arrive, or None. After ``mask_after`` checked
+        rejections, ``allowed()`` (the full mask) finishes the race in one pass: the same
+        token, so the outcome does not depend on when (or whether) the mask is used."""
+        times = self.times
+        ids = np.flatnonzero(candidates)
+        rest = times[ids]
+        rejected, k = 0, 8
+        while ids.size:
+            if ids.size > k:
+                part = np.argpartition(rest, k)
+                head, tail = part[:k], part[k:]
+            else:
+                head, tail = np.arange(ids.size), None
+            head = head[np.argsort(rest[head], kind="stable")]
+            for t in ids[head].tolist():
+                if ok(t):
+                    return t
+                rejected += 1
+                if allowed is not None and rejected >= mask_after:
+                    masked = np.where(candidates & allowed(), times, np.inf)
+                    x = int(np.argmin(masked))
+                    return x if masked[x] < np.inf else None
+            if tail is None:
+                break
+            ids, rest = ids[tail], rest[tail]
+            k *= 4
+        return None
+
+    def before(self, t: int) -> np.ndarray:
+        """bool[V]: the tokens that arrive before ``t`` (the draw's rejections)."""
+        return self.times < self.times[t]
 
 
 def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Generator,
               mask: Callable[[], np.ndarray] | None = None,
-              mask_after: int = 32, known: np.ndarray | None = None) -> AWRSStep:
+              mask_after: int = 32, known: np.ndarray | None = None,
+              possible: np.ndarray | None = None) -> AWRSStep:
     """Draw one token exactly from ``p·1[check]/Z`` and an unbiased weight for ``Z``.
 
     ``logp`` is the (possibly unnormalised) log-probability of every token id; ``check``
     is called at most once per token id. When the model and the constraint disagree
     badly, rejections approach the vocabulary size; if the constraint can also give its
-    full ``mask``, a round that has rejected ``mask_after`` tokens computes it once and
-    finds the rest of the draw in one vectorised pass. The draws and the weight are the
-    same random variables either way; ``evaluations`` then counts the whole mask.
+    full ``mask``, a round that has checked and rejected ``mask_after`` tokens computes it
+    once and finds the rest of the draw in one vectorised pass; ``evaluations`` then
+    counts the whole mask.
+
+    ``possible``: bool[V], a superset of the allowed tokens known without checking (the
+    grammar's alphabet and next bytes, see ``CompiledGrammar.possible_tokens``). Tokens
+    outside it are rejections known in advance: they still take part in both rounds and
+    count in the weight exactly as if checked and rejected, but are never checked.
+
+    Each round is an exponential race over every token (:class:`_Race`), so for one
+    ``rng`` state the token, the weight and ``rejections`` are the same random variables
+    with or without ``possible`` and whether or not the mask is used: they only save checks.
 
     ``known``: the mask of this state if it is already at hand (decided before this step's
     draws, e.g. kept from an earlier step in the same state): then the token is drawn
@@ -169,52 +215,49 @@ def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Gen
             v = verdicts[t] = bool(check(t))
         return v
 
-    round1 = WithoutReplacement(p, rng)
-    x = None
-    while (t := round1.draw()) is not None:
-        if ok(t):
-            x = t
-            break
-        round1.remove(t)
-        if len(round1.removed) >= mask_after and mask is not None:
-            return _vectorised(p, top, round1.removed, np.asarray(mask(), dtype=bool), rng,
-                               len(verdicts))
-    n_rej = len(round1.removed)
-    if x is None:
-        return AWRSStep(None, -np.inf, len(verdicts), n_rej)
-    round2 = round1.copy()
-    while (t := round2.draw()) is not None:
-        if ok(t):
-            break
-        round2.remove(t)
-        n_rej += 1
-        if len(round2.removed) - len(round1.removed) >= mask_after and mask is not None:
-            excluded = np.zeros(p.shape[0], dtype=bool)
-            excluded[np.fromiter(round2.removed, dtype=np.int64)] = True
-            rest, _ = _first_allowed(p, excluded, np.asarray(mask(), dtype=bool), rng)
-            return AWRSStep(x, top + float(np.log(round1.left())) - float(np.log(n_rej + rest.shape[0] + 1)),
-                            len(verdicts) + p.shape[0], n_rej + rest.shape[0])
-    log_left = top + float(np.log(round1.left()))
-    return AWRSStep(x, log_left - float(np.log(n_rej + 1)), len(verdicts), n_rej)
+    full: list[np.ndarray] = []
 
+    def allowed() -> np.ndarray:
+        if not full:
+            full.append(np.asarray(mask(), dtype=bool))
+        return full[0]
 
-def _vectorised(p, top, rejected, allowed, rng, checked) -> AWRSStep:
-    """Finish an AWRS step from the full mask, round 1 having rejected ``rejected``."""
-    removed = np.zeros(p.shape[0], dtype=bool)
-    removed[np.fromiter(rejected, dtype=np.int64)] = True
-    rest, x = _first_allowed(p, removed, allowed, rng)
-    removed[rest] = True
-    n_rej = int(np.count_nonzero(removed))
-    evaluations = checked + p.shape[0]
+    def cost() -> int:
+        return len(verdicts) + (p.shape[0] if full else 0)
+
+    fallback = allowed if mask is not None else None
+    live = p > 0
+    candidates = live if possible is None else live & np.asarray(possible, dtype=bool)
+    round1 = _Race(p, live, rng)
+    x = round1.first(candidates, ok, fallback, mask_after)
     if x is None:
-        return AWRSStep(None, -np.inf, evaluations, n_rej)
-    left = float(p[~removed].sum())  # what round 1 did not reject, summed directly
-    rest2, _ = _first_allowed(p, removed, allowed, rng)
-    n_rej += rest2.shape[0]
-    return AWRSStep(x, top + float(np.log(left)) - float(np.log(n_rej + 1)), evaluations, n_rej)
+        return AWRSStep(None, -np.inf, cost(), int(np.count_nonzero(live)))
+    rejected1 = round1.before(x)
+    n_rej = int(np.count_nonzero(rejected1))
+    left = float(p[~rejected1].sum())   # the mass round 1 did not reject (x included)
+    kept = live & ~rejected1
+    round2 = _Race(p, kept, rng)
+    y = round2.first(candidates & kept, ok, fallback, mask_after)
+    if y is None:  # only a constraint whose mask disagrees with its checks gets here
+        y = x
+    n_rej += int(np.count_nonzero(round2.before(y)))
+    return AWRSStep(x, top + float(np.log(left)) - float(np.log(n_rej + 1)), cost(), n_rej)
 
 
 # -- AWRS as a step of the generation loop ------------------------------------------------
+
+def possible_tokens(constraint) -> np.ndarray | None:
+    """bool[V], a superset of the tokens ``constraint`` allows now, known without checking
+    any (see :func:`awrs_step`'s ``possible``): from the constraint's own optional
+    ``possible_tokens()``, or for a gramgen matcher from its compiled grammar
+    (``CompiledGrammar.possible_tokens``); None when nothing is known."""
+    method = getattr(constraint, "possible_tokens", None)
+    if method is not None:
+        return method()
+    if isinstance(constraint, MatcherConstraint):
+        return _matcher_possible(constraint.matcher)
+    return None
+
 
 @dataclass(frozen=True)
 class AWRS:
@@ -239,7 +282,9 @@ class AWRSSampler:
     def draw(self, seq: Sequence, logp: np.ndarray) -> AWRSStep:
         c = seq.constraint
         t0 = time.perf_counter()
-        step = awrs_step(logp, c.check, self.rng, getattr(c, "mask", None), known=known_mask(c))
+        known = known_mask(c)
+        step = awrs_step(logp, c.check, self.rng, getattr(c, "mask", None), known=known,
+                         possible=None if known is not None else possible_tokens(c))
         seq.stats.mask_seconds += time.perf_counter() - t0
         seq.state = (seq.state or 0) + step.rejections   # rejections of this sequence
         return step
