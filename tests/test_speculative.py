@@ -541,15 +541,21 @@ def test_best_length_weighs_acceptance_against_cost():
     assert copy.expected(0) == 1.0 and abs(copy.expected(1) - 1.4) < 1e-12
     # a CPU's step: the first drafted position costs most of a step, the next ones little
     costs = StepCosts()
-    assert costs.seconds(0) is None and abs(costs.relative(2, False) - 1.2) < 1e-9   # the prior
+    assert costs.ratio(2) is None and abs(costs.relative(2, False) - 1.2) < 1e-9   # the prior
     for extra in [0, 1, 2, 4, 0, 4] * 3:
         costs.observe(0.1 + (0.06 + 0.005 * extra if extra else 0.0), extra)
-    assert abs(costs.seconds(0) - 0.1) < 1e-9 and abs(costs.seconds(4) - 0.18) < 1e-9
-    assert abs(costs.seconds(3) - 0.18) < 1e-9    # not seen: the nearest, the larger on a tie
-    assert abs(costs.seconds(5) - 0.18) < 1e-9
+    costs.observe(5.0, 4)   # a stall: the median ignores it
+    assert abs(costs.plain_seconds - 0.1) < 1e-9 and abs(costs.ratio(4) - 1.8) < 1e-9
+    assert abs(costs.ratio(3) - 1.8) < 1e-9    # not seen: the nearest, the larger on a tie
+    assert abs(costs.ratio(5) - 1.8) < 1e-9
     assert abs(costs.relative(1, False) - 1.65) < 1e-9
     costs.observe_draft(0.05)
     assert abs(costs.relative(2, True) - (1.7 + 2 * 0.5)) < 1e-9
+    # a busy machine: every step twice as slow, drafted ones measured against plain ones alike
+    for _ in range(9):
+        costs.observe(0.2, 0)
+        costs.observe(0.36, 1)
+    assert abs(costs.relative(1, False) - 1.8) < 1e-9
     # a short draft pays the jump for little: a modest first-token acceptance drafts long or not at all
     modest = _Acceptance([0.55, 0.9, 0.9, 0.9, 0.9])
     step = lambda g: costs.relative(g, False)   # noqa: E731

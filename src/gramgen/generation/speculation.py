@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections import deque
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from numbers import Integral
@@ -72,14 +73,14 @@ _PROBE_MAX = 64
 #: tokenisation may differ), lookup and a draft model are guesses
 #: (first token of a run, each later one given those before)
 _PRIOR_ACCEPTANCE = {"forced": (0.9, 0.95), "prompt_lookup": (0.5, 0.8), "model": (0.5, 0.6)}
-#: weight of the past in the running estimates (acceptance, step costs)
+#: weight of the past in the running acceptance estimates
 _DECAY = 0.9
 #: until measured: the cost of one more verified position, and of a draft-model forward,
 #: relative to a step of the target model
 _PRIOR_POSITION_COST = 0.1
 _PRIOR_DRAFT_COST = 0.3
-#: a step measured as more than this many times its mean so far counts as that many
-_OUTLIER = 3.0
+#: step costs are the median of this many recent steps (per number of drafted positions)
+_RECENT = 9
 #: text lookup matches the last 12 down to 2 bytes of the generated text
 _TEXT_SUFFIX = (12, 2)
 #: bytes of text taken after a text match, per token wanted
@@ -249,61 +250,62 @@ class _Acceptance:
 
 
 class StepCosts:
-    """What speculation costs, measured as it runs: the seconds of a step of the target
-    model (forward pass, verification and masks) by how many drafted positions it verified
-    (a decayed mean per count), and the seconds of one forward pass of a draft model.
+    """What speculation costs, measured as it runs, relative to a step of the target model
+    without drafts (forward pass, verification and masks): a step that verified ``g``
+    drafted positions, per ``g``, and one forward pass of a draft model.
 
     Kept per count, not as a line: on a CPU the first drafted position costs most of a
     step (the matrix products switch from vector to matrix kernels) and the next ones
-    little, so a line through the counts seen mistakes a short draft for a cheap one."""
+    little, so a line through the counts seen mistakes a short draft for a cheap one. Each
+    step is measured against the median of the recent steps without drafts, and the
+    estimate is the median of the recent ratios, because a machine's load comes and goes: a
+    stall, or a busy minute, says nothing about what drafting costs, and an estimate spoilt
+    by one would stop drafting for good."""
 
     def __init__(self, most: int = 16) -> None:
-        self._weight = np.zeros(most + 1)   # decayed count and sum of seconds per drafted count
-        self._total = np.zeros(most + 1)
-        self.draft_seconds: float | None = None
+        self._plain: deque = deque(maxlen=_RECENT)   # seconds of steps without drafts
+        self._ratios: list[deque] = [deque(maxlen=_RECENT) for _ in range(most + 1)]
+        self._draft: deque = deque(maxlen=_RECENT)   # a draft-model forward / a plain step
+
+    @property
+    def plain_seconds(self) -> float | None:
+        return float(np.median(self._plain)) if self._plain else None
 
     def observe(self, seconds: float, extra_positions: int) -> None:
-        k = min(int(extra_positions), self._weight.shape[0] - 1)
-        if self._weight[k] >= 1.0:   # one stall (another process, a collection) is not the step's cost
-            seconds = min(seconds, _OUTLIER * self._total[k] / self._weight[k])
-        self._weight[k] = _DECAY * self._weight[k] + 1.0
-        self._total[k] = _DECAY * self._total[k] + seconds
+        k = min(int(extra_positions), len(self._ratios) - 1)
+        if k == 0:
+            self._plain.append(float(seconds))
+        elif self._plain:
+            self._ratios[k].append(float(seconds) / self.plain_seconds)
 
     def observe_draft(self, seconds: float) -> None:
-        d = self.draft_seconds
-        self.draft_seconds = seconds if d is None else _DECAY * d + (1 - _DECAY) * seconds
+        if self._plain:
+            self._draft.append(float(seconds) / self.plain_seconds)
 
-    def seconds(self, extra_positions: int) -> float | None:
-        """The mean seconds of a step verifying ``extra_positions`` drafted tokens; for a
-        count not seen yet, the nearest drafted count seen (the larger on a tie); None
-        when no step with drafts (or, for 0, without) was seen."""
-        k = min(int(extra_positions), self._weight.shape[0] - 1)
-        seen = np.flatnonzero(self._weight > 0)
-        if k > 0:
-            seen = seen[seen > 0]
-        elif not (seen == 0).any():
+    def ratio(self, extra_positions: int) -> float | None:
+        """A step verifying ``extra_positions`` drafted tokens, in steps without drafts; for
+        a count not measured yet, the nearest one measured (the larger on a tie); None
+        before any."""
+        k = min(int(extra_positions), len(self._ratios) - 1)
+        seen = [i for i, d in enumerate(self._ratios) if d]
+        if not seen:
             return None
-        if seen.shape[0] == 0:
-            return None
-        near = int(seen[np.lexsort((-seen, np.abs(seen - k)))[0]])
-        return float(self._total[near] / self._weight[near])
+        near = min(seen, key=lambda i: (abs(i - k), -i))
+        return float(np.median(self._ratios[near]))
 
     def relative(self, extra_positions: int, model: bool) -> float:
         """The cost of a step with ``extra_positions`` drafted tokens relative to a step
         without: its verification, plus that many draft-model forwards when ``model``.
-        Before both kinds of step were measured, a prior: each drafted position costs a
-        tenth of a step (a draft-model forward three tenths)."""
+        Until measured, a prior: each drafted position costs a tenth of a step (a draft-model
+        forward three tenths)."""
         g = int(extra_positions)
         if g == 0:
             return 1.0
-        plain, drafted = self.seconds(0), self.seconds(g)
-        if plain is None or drafted is None or plain <= 0:
-            cost = 1.0 + _PRIOR_POSITION_COST * g
-            draft = _PRIOR_DRAFT_COST
-        else:
-            cost = min(drafted / plain, 1.0 + 2.0 * g)
-            draft = _PRIOR_DRAFT_COST if self.draft_seconds is None else self.draft_seconds / plain
-        return cost + (g * draft if model else 0.0)
+        measured = self.ratio(g)
+        cost = 1.0 + _PRIOR_POSITION_COST * g if measured is None else min(measured, 1.0 + 2.0 * g)
+        if model:
+            cost += g * (float(np.median(self._draft)) if self._draft else _PRIOR_DRAFT_COST)
+        return cost
 
 
 def best_length(acceptance: _Acceptance, cost, most: int) -> int:
