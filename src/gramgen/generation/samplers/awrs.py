@@ -59,7 +59,9 @@ class WithoutReplacement:
     A draw inverts the cumulative sum and redraws when it lands on a removed token, which
     is exact (rejection from the restricted distribution); once removed tokens hold half
     the mass the sums are rebuilt without them, so a draw costs O(log V) expected and the
-    vocabulary is scanned only O(log) times per step, never sorted.
+    vocabulary is scanned only O(log) times per step, never sorted. (:func:`awrs_step`
+    draws by exponential races instead, which let tokens known to be rejected take part
+    without being visited one by one.)
     """
 
     def __init__(self, p: np.ndarray, rng: np.random.Generator):
@@ -120,25 +122,57 @@ class _Race:
     """One without-replacement draw from ``p`` as an exponential race: token t "arrives" at
     ``E_t / p_t`` with ``E_t ~ Exp(1)`` drawn for every token; arrival order is a weighted
     draw without replacement (Gumbel-top-k in another guise). The first allowed arrival is
-    found by visiting the ``candidates`` (tokens that may be allowed) in arrival order,
-    sorting lazily (a few at a time, never the whole vocabulary); tokens left out of the
+    found by visiting the candidates (tokens that may be allowed) in arrival order, sorting
+    lazily (a few at a time, never the whole vocabulary); tokens left out of the
     candidates are known rejections, which arrive and count exactly as if checked."""
 
-    def __init__(self, p: np.ndarray, live: np.ndarray, rng: np.random.Generator):
+    #: arrivals visited one at a time (one pass each) before the rest are sorted in batches
+    ONE_BY_ONE = 4
+
+    def __init__(self, p: np.ndarray, out: tuple[np.ndarray, ...], rng: np.random.Generator):
+        """``out``: arrays of token ids that do not race (no mass, or already rejected)."""
+        times = rng.standard_exponential(p.shape[0])
         with np.errstate(divide="ignore", invalid="ignore"):
-            times = rng.standard_exponential(p.shape[0]) / p
-        times[~live] = np.inf
+            np.divide(times, p, out=times)
+        for ids in out:
+            times[ids] = np.inf
         self.times = times
 
-    def first(self, candidates: np.ndarray, ok: Callable[[int], bool],
+    def first(self, ids: np.ndarray | None, ok: Callable[[int], bool],
               allowed: Callable[[], np.ndarray] | None, mask_after: int) -> int | None:
-        """The first allowed candidate to arrive, or None. After ``mask_after`` checked
-        rejections, ``allowed()`` (the full mask) finishes the race in one pass: the same
-        token, so the outcome does not depend on when (or whether) the mask is used."""
+        """The first allowed arrival among the candidates ``ids`` (token ids; None: every
+        token that races), or None. After ``mask_after`` checked rejections, ``allowed()``
+        (the full mask) finishes the race in one pass: the same token, so the outcome does
+        not depend on when (or whether) the mask is used."""
         times = self.times
-        ids = np.flatnonzero(candidates)
-        rest = times[ids]
-        rejected, k = 0, 8
+        ahead = times.copy() if ids is None else times[ids]
+        rejected = 0
+
+        def token(i: int) -> int:
+            return i if ids is None else int(ids[i])
+
+        def finish() -> int | None:
+            mask = allowed()
+            masked = np.where(mask if ids is None else mask[ids], times if ids is None else times[ids], np.inf)
+            if not masked.size:
+                return None
+            i = int(np.argmin(masked))
+            return token(i) if masked[i] < np.inf else None
+
+        # the first arrivals one by one (usually the first is allowed), then in batches
+        for _ in range(min(self.ONE_BY_ONE, ahead.size)):
+            i = int(np.argmin(ahead))
+            if ahead[i] == np.inf:
+                return None
+            if ok(token(i)):
+                return token(i)
+            rejected += 1
+            if allowed is not None and rejected >= mask_after:
+                return finish()
+            ahead[i] = np.inf
+        keep = np.flatnonzero(ahead < np.inf)
+        ids, rest = (keep if ids is None else ids[keep]), ahead[keep]
+        k = 8
         while ids.size:
             if ids.size > k:
                 part = np.argpartition(rest, k)
@@ -151,18 +185,12 @@ class _Race:
                     return t
                 rejected += 1
                 if allowed is not None and rejected >= mask_after:
-                    masked = np.where(candidates & allowed(), times, np.inf)
-                    x = int(np.argmin(masked))
-                    return x if masked[x] < np.inf else None
+                    return finish()
             if tail is None:
                 break
             ids, rest = ids[tail], rest[tail]
             k *= 4
         return None
-
-    def before(self, t: int) -> np.ndarray:
-        """bool[V]: the tokens that arrive before ``t`` (the draw's rejections)."""
-        return self.times < self.times[t]
 
 
 def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Generator,
@@ -226,21 +254,29 @@ def awrs_step(logp: np.ndarray, check: Callable[[int], bool], rng: np.random.Gen
         return len(verdicts) + (p.shape[0] if full else 0)
 
     fallback = allowed if mask is not None else None
-    live = p > 0
-    candidates = live if possible is None else live & np.asarray(possible, dtype=bool)
-    round1 = _Race(p, live, rng)
-    x = round1.first(candidates, ok, fallback, mask_after)
+    dead = np.flatnonzero(p == 0.0)
+    ids = None if possible is None else np.flatnonzero(np.asarray(possible, dtype=bool) & (p > 0))
+    round1 = _Race(p, (dead,), rng)
+    x = round1.first(ids, ok, fallback, mask_after)
     if x is None:
-        return AWRSStep(None, -np.inf, cost(), int(np.count_nonzero(live)))
-    rejected1 = round1.before(x)
-    n_rej = int(np.count_nonzero(rejected1))
-    left = float(p[~rejected1].sum())   # the mass round 1 did not reject (x included)
-    kept = live & ~rejected1
-    round2 = _Race(p, kept, rng)
-    y = round2.first(candidates & kept, ok, fallback, mask_after)
+        return AWRSStep(None, -np.inf, cost(), p.shape[0] - dead.shape[0])
+    t1 = round1.times
+    rejected = np.flatnonzero(t1 < t1[x])
+    n_rej = rejected.shape[0]
+    total = float(p.sum())
+    r1 = float(p[rejected].sum())
+    if r1 <= 0.5 * total:
+        left = total - r1   # the mass round 1 did not reject (x included)
+    else:
+        rest = p.copy()
+        rest[rejected] = 0.0
+        left = float(rest.sum())
+    round2 = _Race(p, (dead, rejected), rng)
+    y = round2.first(None if ids is None else ids[t1[ids] >= t1[x]], ok, fallback, mask_after)
     if y is None:  # only a constraint whose mask disagrees with its checks gets here
         y = x
-    n_rej += int(np.count_nonzero(round2.before(y)))
+    t2 = round2.times
+    n_rej += int(np.count_nonzero(t2 < t2[y]))
     return AWRSStep(x, top + float(np.log(left)) - float(np.log(n_rej + 1)), cost(), n_rej)
 
 
