@@ -170,11 +170,11 @@ class CompiledGrammar:
         return found
 
     def possible_tokens(self, matcher: Matcher) -> np.ndarray | None:
-        """bool[vocab.size], read-only: a superset of the tokens ``matcher.check`` allows in
-        its current state, found without checking any (EOS ids always in). The cached mask
-        of the state where there is one; else the tokens in the grammar's alphabet whose
-        first byte can come next. None for an :class:`IndentedMatcher` (its scanner
-        rewrites the text the chart sees)."""
+        """bool[vocab.size], not to be written to: a superset of the tokens ``matcher.check``
+        allows in its current state, found without checking any (EOS ids always in). The
+        cached mask of the state where there is one; else the tokens in the grammar's
+        alphabet whose first byte can come next. None for an :class:`IndentedMatcher` (its
+        scanner rewrites the text the chart sees)."""
         if type(matcher) is not Matcher or matcher._cg is not self:
             return None
         if matcher._terminated:
