@@ -30,8 +30,7 @@ tokens that maximises the expected tokens per second: from its acceptance so far
 sequence, starting from the call's; per place in its run of tokens, since a copied name is
 right to its end or wrong from its start; for lookup per kind of match), the measured cost
 of a step of the target model for each number of positions it verifies, and a draft model's
-cost per forward pass (:class:`StepCosts`); the finished draft is then cut to its best
-prefix (point-mass drafts only). A drafter that does not pay drafts nothing, and probes
+cost per forward pass (:class:`StepCosts`). A drafter that does not pay drafts nothing, and probes
 after 8 steps, then 16, 32, up to 64. What was learned carries over to the target's later
 calls (:func:`_learned`). Acceptance starts from 0.9 for the first token of forced text (the
 grammar's own; only its tokenisation may differ) and 0.5 for the others.
@@ -174,8 +173,6 @@ class _Drafting:
     sources: list[tuple[str, int]] = field(default_factory=list)
     source: str = ""
     run: int = 0
-    #: a drafter is drafting to re-measure its acceptance: keep the whole draft
-    probe: bool = False
 
     #: the most tokens the draft may hold after the current drafter
     limit: int = 1 << 30
@@ -404,8 +401,7 @@ class Speculator:
             source = part if isinstance(part, str) else "model"
             active = []
             for it in items:
-                cap, probe = self._length(it.seq, source)
-                it.probe |= probe
+                cap = self._length(it.seq, source)
                 if cap and not it.ended:   # γ bounds the whole draft, whichever drafters fill it
                     it.source, it.run = source, 0
                     it.limit = min(len(it.draft) + cap, self.spec.num_draft_tokens)
@@ -422,7 +418,6 @@ class Speculator:
                 self._model_draft(part, active)
         longest = 0
         for it in items:
-            self._trim(it)
             self._last[it.seq] = (it.seq.stats.drafted, it.seq.stats.accepted, it.sources)
             if it.draft.tokens:
                 it.seq.draft = it.draft
@@ -452,29 +447,29 @@ class Speculator:
             found = self._seq_rates[(seq, source)] = _Acceptance(call.rates)
         return found
 
-    def _length(self, seq: Sequence, source: str) -> tuple[int, bool]:
+    def _length(self, seq: Sequence, source: str) -> int:
         """How many tokens ``source`` may draft for ``seq`` this step (see the module
-        docstring; γ when not adaptive), and whether that is a probe."""
+        docstring); γ when not adaptive."""
         gamma = self.spec.num_draft_tokens
         if not self.spec.adaptive:
-            return gamma, False
+            return gamma
         model = source == "model"
         length = max(best_length(self._rate(seq, kind), lambda g: self.costs.relative(g, model), gamma)
                      for kind in self._kinds(source))
         if length:
             self._idle.pop((seq, source), None)
             self._waits[source] = _PROBE_EVERY
-            return length, False
+            return length
         idle, wait = self._idle.get((seq, source), (0, self._waits.get(source, _PROBE_EVERY)))
         idle += 1
         if idle < wait:
             self._idle[(seq, source)] = (idle, wait)
-            return 0, False
+            return 0
         wait = self._waits[source] = min(2 * wait, _PROBE_MAX)   # probe; the next waits longer
         self._idle[(seq, source)] = (0, wait)
         # beyond its first, a drafted position costs a step little: probe with all γ (a
         # draft model's forwards do cost, so it probes with two)
-        return (min(2, gamma) if model else gamma), True
+        return min(2, gamma) if model else gamma
 
     def _kinds(self, source: str) -> list[str]:
         """The kinds of proposal a drafter makes, each with its own acceptance: prompt
@@ -483,27 +478,6 @@ class Speculator:
         if source != "prompt_lookup":
             return [source]
         return [f"prompt_lookup:{n}" for n in range(1, self.spec.max_ngram + 1)] + ["prompt_lookup:text"]
-
-    def _trim(self, it: _Drafting) -> None:
-        """Keep the prefix of a finished draft with the most expected tokens per unit of
-        time (possibly none): the drafters may have found fewer tokens than the length they
-        were given, and a short draft can cost nearly a whole step for little. Only for
-        point-mass drafts (a function of the context, so any prefix of one verifies
-        exactly), and never for a probe."""
-        if not self.spec.adaptive or it.probe or not it.draft.tokens:
-            return
-        if any(q is not None for q in it.draft.probs):
-            return
-        expected = chance = 1.0
-        best, value = 0, 1.0
-        for g, (source, index) in enumerate(it.sources, 1):
-            rates = self._rate(it.seq, source).rates
-            chance *= rates[min(index, rates.shape[0] - 1)]
-            expected += chance
-            v = expected / self.costs.relative(g, False)
-            if v > value:
-                best, value = g, v
-        del it.draft.tokens[best:], it.draft.probs[best:], it.sources[best:]
 
     # -- the drafters ----------------------------------------------------------------------
 
