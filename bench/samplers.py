@@ -330,10 +330,12 @@ def write_report(result: dict, out: Path) -> None:
     for r in result["proxy"]:
         lines.append(f"| {r['vocab']} | {r['size']} | {r['awrs_evaluations_per_token']:.2f} | "
                      f"{r['mask_evaluations_per_token']} | {r['ratio']:.0f}x |")
-    lines += ["", "Notes: AWRS checks tokens one by one and, on a step that has rejected 32, "
+    lines += ["", "Notes: AWRS drops, unchecked, the tokens the grammar can never accept in the "
+              "state (bytes outside its alphabet, a first byte that cannot come next), checks "
+              "the others one by one and, on a step that has checked and rejected 32, "
               "computes the full mask once and finishes the same draw from it (e.g. where the "
               "grammar forces an EOS the model finds unlikely); such steps count a whole "
-              "vocabulary of evaluations, which dominates its mean on these tiny grammars. AWRS alone samples the same local distribution as GCD (its exact KL "
+              "vocabulary of evaluations. AWRS alone samples the same local distribution as GCD (its exact KL "
               "is GCD's); its weights are what SMC uses to correct the bias. ASAp's samples "
               "are not independent; its exact KL is that of the next sample given the trie. "
               "Wall times are on a shared CPU; model forwards mostly come from the prefix "
