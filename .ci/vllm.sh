@@ -18,6 +18,9 @@ python -m pip uninstall -q -y torchvision torchaudio torchcodec
 # gramgen itself, without letting its requirements move vLLM's pins, then what it imports
 python -m pip install -q --no-deps -e .
 python -m pip install -q "lark>=1.1.9" "jsonschema>=4.20" "pytest>=8"
+# Ray Data for tests_vllm/test_ray_llm.py (extraction through ray.data.llm): plain ray[data],
+# never ray[llm], which pins a GPU vLLM; it adds ray, pyarrow, pandas and leaves vLLM's pins be
+python -m pip install -q "ray[data]==2.60.0"
 echo "vllm CI step: environment ready in $(( $(date +%s) - started )) s"
 timeout 900 python -m pytest -q -p no:cacheprovider tests_vllm
 echo "vllm CI step: done in $(( $(date +%s) - started )) s"

@@ -382,6 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--ray-cpus", type=int, metavar="N",
                     help="with --ray and no address: the CPUs the local Ray instance offers "
                          "(default: all of this machine's)")
+    ex.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
+                    help="with --ray: what the workers generate with; vllm: Ray Data LLM's vLLM "
+                         "engines (vLLM and ray[data] installed), constrained by gramgen's logits "
+                         "processor, --model a Hugging Face id or folder (default: transformers)")
+    ex.add_argument("--engine-kwargs", type=_json_object, metavar="JSON",
+                    help="with --engine vllm: vLLM's engine arguments as a JSON object, e.g. "
+                         "'{\"dtype\": \"float32\", \"max_model_len\": 2048}'")
     ex.set_defaults(run=cmd_extract)
 
     ck = sub.add_parser("check", help="which records of JSONL files a schema (or grammar) accepts")
@@ -449,6 +456,30 @@ def _check_ray_options(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error(f"{option} must be at least 1")
     if args.ray_cpus is not None and args.ray != "local":
         parser.error("--ray-cpus sizes the local Ray instance that --ray without an address starts")
+    if args.engine != "transformers" and args.ray is None:
+        parser.error(f"--engine {args.engine} goes with --ray")
+    if args.engine_kwargs is not None and args.engine != "vllm":
+        parser.error("--engine-kwargs goes with --engine vllm")
+    if args.engine == "vllm":
+        refused = [option for option, given in (
+            ("--grammar", args.grammar is not None), ("--lenient-formats", args.lenient_formats),
+            ("--speculative", args.speculative is not None), ("--no-strict", args.no_strict),
+            ("--device", args.device is not None)) if given]
+        if refused:
+            parser.error(f"--engine vllm does not take {', '.join(refused)}: vLLM is constrained by "
+                         "the schema (strict, with --whitespace) through gramgen's logits processor; "
+                         "vLLM's own settings go in --engine-kwargs")
+
+
+def _json_object(text: str) -> dict:
+    """``--engine-kwargs``'s value: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a JSON object")
+    return value
 
 
 def _drafters(text: str) -> list[str]:

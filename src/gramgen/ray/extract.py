@@ -162,7 +162,8 @@ def extract_dataset(ds, *, schema: Any, model: str = "smollm2", grammar: Any = N
                     whitespace: str | None = None, strict: bool = True, lenient_formats: bool = False,
                     speculative: Any = None, device: str | None = None, workers: int = 1,
                     cpus_per_worker: float = 0.5, gpus_per_worker: float = 0,
-                    threads: int | None = 1):
+                    threads: int | None = 1, engine: str = "transformers",
+                    engine_kwargs: dict | None = None):
     """One record per document of the ``ray.data.Dataset`` ``ds``, extracted as
     ``gramgen extract`` does, as a lazy ``ray.data.Dataset`` with the string columns
     :data:`OUTPUT_COLUMNS` (``id``, ``value`` as JSON text, ``error``, ``text``); write it
@@ -199,6 +200,18 @@ def extract_dataset(ds, *, schema: Any, model: str = "smollm2", grammar: Any = N
         every CPU starve Ray Data's other tasks and the pipeline stalls.
     threads:
         torch's threads in each worker (None: torch's default).
+    engine, engine_kwargs:
+        ``"transformers"`` (the default): each worker runs gramgen with transformers.
+        ``"vllm"``: Ray Data LLM runs ``workers`` vLLM engines (``ray.data.llm``'s
+        processor with a ``vLLMEngineProcessorConfig``; needs vLLM and ``ray[data]``
+        installed, not ``ray[llm]``), each request constrained by gramgen's logits
+        processor through ``sampling_params.extra_args``; ``model`` is a Hugging Face id
+        or a folder every node can read, ``engine_kwargs`` go to vLLM as they are
+        (``dtype``, ``max_model_len``, ...), ``batch_size`` is the rows per engine batch.
+        Only a JSON Schema constraint (``whitespace`` too); ``grammar``,
+        ``lenient_formats``, ``speculative``, ``strict=False``, ``device`` and ``threads``
+        other than 1 are transformers options and raise ConfigurationError. The prompt and
+        the record are the transformers path's.
 
     Errors in the arguments, the schema, the grammar or the template are raised here, before
     any worker starts; a model that cannot load fails the dataset's execution.
@@ -213,6 +226,17 @@ def extract_dataset(ds, *, schema: Any, model: str = "smollm2", grammar: Any = N
         grammar = Grammar.from_file(str(grammar))
     elif grammar is not None and not isinstance(grammar, Grammar):
         raise ConfigurationError(f"grammar= takes a gramgen.Grammar or a file path, not {type(grammar).__name__}")
+    if engine == "vllm":
+        return _vllm(ds, schema=schema, model=model, grammar=grammar, prompt_template=prompt_template,
+                     field=field, id_field=id_field, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                     chat=chat, whitespace=whitespace, strict=strict, lenient_formats=lenient_formats,
+                     speculative=speculative, device=device, workers=workers,
+                     cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
+                     threads=threads, engine_kwargs=engine_kwargs)
+    if engine != "transformers":
+        raise ConfigurationError(f"engine must be 'transformers' or 'vllm', not {engine!r}")
+    if engine_kwargs is not None:
+        raise ConfigurationError("engine_kwargs go with engine='vllm' (vLLM's engine arguments)")
     options = extract_options(schema, grammar=grammar, lenient_formats=lenient_formats, strict=strict,
                               whitespace=whitespace, max_new_tokens=max_new_tokens, chat=chat,
                               speculative=speculative)
@@ -220,6 +244,33 @@ def extract_dataset(ds, *, schema: Any, model: str = "smollm2", grammar: Any = N
                 template=template_of(prompt_template, schema), schema=schema, field=field,
                 id_field=id_field, batch_size=batch_size, workers=workers,
                 cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, threads=threads)
+
+
+def _vllm(ds, *, schema, grammar, lenient_formats, speculative, strict, device, threads,
+          prompt_template, batch_size, workers, cpus_per_worker, gpus_per_worker, **rest):
+    """``extract_dataset(engine="vllm")``: the options vLLM's path cannot honour refused by
+    name, the rest checked as the transformers path checks them (:mod:`gramgen.ray.llm`)."""
+    refused = [name for name, given in (("grammar", grammar is not None), ("lenient_formats", lenient_formats),
+                                        ("speculative", speculative is not None), ("strict=False", not strict),
+                                        ("device", device is not None),
+                                        ("threads", threads not in (None, 1))) if given]
+    if refused:
+        raise ConfigurationError(f"extract_dataset(engine='vllm') does not take {', '.join(refused)}: "
+                                 "the vLLM engine is constrained by the JSON Schema (strict, with "
+                                 "whitespace=) through gramgen's logits processor; the others are "
+                                 "options of engine='transformers' (vLLM's own settings go in engine_kwargs)")
+    _positive_int("batch_size", batch_size)
+    _positive_int("workers", workers)
+    if not (isinstance(cpus_per_worker, (int, float)) and cpus_per_worker > 0):
+        raise ConfigurationError(f"cpus_per_worker must be a number above 0 (a fraction of a CPU "
+                                 f"leaves room for Ray's own tasks), not {cpus_per_worker!r}")
+    if not (isinstance(gpus_per_worker, (int, float)) and gpus_per_worker >= 0):
+        raise ConfigurationError(f"gpus_per_worker must be a number, 0 or more, not {gpus_per_worker!r}")
+    from .llm import vllm_dataset
+
+    return vllm_dataset(ds, schema=schema, template=template_of(prompt_template, schema), batch_size=batch_size,
+                        workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
+                        **rest)
 
 
 # -- the command (gramgen extract --ray) ---------------------------------------------------
@@ -311,19 +362,32 @@ def extract_with_ray(args: argparse.Namespace, *, todo: list, out: Path, schema:
         if readable:
             cpus = float(ray.cluster_resources().get("CPU", 1))
             blocks = min(MAX_BLOCKS, math.ceil(len(readable) / args.batch_size))
-            workers = min(args.workers or max(1, int(cpus)), blocks)
+            vllm = getattr(args, "engine", "transformers") == "vllm"
+            workers = min(args.workers or (1 if vllm else max(1, int(cpus))), blocks)
             threads = max(1, int(cpus // workers))
             gpus = 1 if (args.device or "").startswith("cuda") else 0
             where = "a local Ray instance" if args.ray == "local" else f"the Ray cluster at {args.ray}"
-            bar.write(f"gramgen extract: {workers} worker(s) on {where} ({cpus:g} CPUs), "
-                      f"{threads} torch thread(s) each", file=sys.stderr)
+            each = "vLLM engine(s) (Ray Data LLM)" if vllm else "worker(s)"
+            bar.write(f"gramgen extract: {workers} {each} on {where} ({cpus:g} CPUs)"
+                      + ("" if vllm else f", {threads} torch thread(s) each"), file=sys.stderr)
             ray.data.DataContext.get_current().enable_progress_bars = False   # the bar above is ours
             ds = ray.data.from_items([{"id": d.id, "text": d.text} for d in readable],
                                      override_num_blocks=blocks)
-            mapped = _map(ds, model=args.model, device=args.device, options=options, template=template,
-                          schema=schema, field="text", id_field="id", batch_size=args.batch_size,
-                          workers=workers, cpus_per_worker=0.5, gpus_per_worker=gpus, threads=threads)
             try:
+                if vllm:
+                    from .llm import vllm_dataset
+
+                    mapped = vllm_dataset(ds, schema=schema, model=args.model, template=template, field="text",
+                                          id_field="id", batch_size=args.batch_size,
+                                          max_new_tokens=options["max_new_tokens"], chat=options["chat"],
+                                          whitespace=options.get("whitespace"), workers=workers,
+                                          cpus_per_worker=0.5,   # a GPU per engine where the cluster has GPUs
+                                          gpus_per_worker=1 if ray.cluster_resources().get("GPU") else 0,
+                                          engine_kwargs=getattr(args, "engine_kwargs", None))
+                else:
+                    mapped = _map(ds, model=args.model, device=args.device, options=options, template=template,
+                                  schema=schema, field="text", id_field="id", batch_size=args.batch_size,
+                                  workers=workers, cpus_per_worker=0.5, gpus_per_worker=gpus, threads=threads)
                 for batch in mapped.iter_batches(batch_size=None, batch_format="pyarrow"):
                     for row in batch.to_pylist():
                         emit(record_of(row))
