@@ -585,6 +585,46 @@ def test_a_draft_model_that_never_agrees_stops_drafting():
     assert adaptive_drafts * 4 < fixed_drafts, (adaptive_drafts, fixed_drafts)
 
 
+class _PerCallCost:
+    """A model whose forward pass costs ``seconds`` however many positions it scores (as
+    on a GPU): each ``logits`` call sleeps once, then the wrapped model answers."""
+
+    def __init__(self, lm, seconds: float):
+        self.lm, self.seconds, self.vocab = lm, seconds, lm.vocab
+
+    def session(self):
+        import time as clock
+
+        inner, seconds = self.lm.session(), self.seconds
+
+        class _Session:
+            forwarded = True   # every call runs the model (no memo)
+
+            def logits(self, contexts, last=1):
+                clock.sleep(seconds)
+                return inner.logits(contexts, last)
+
+        return _Session()
+
+
+def test_a_cheap_draft_model_that_agrees_keeps_drafting():
+    """The other side of the cost model: on a target whose forward pass costs the same for
+    any number of positions, a draft model ten times cheaper that always proposes the
+    target's greedy token keeps drafting (adaptive), nearly every draft is kept, and the
+    target runs far fewer forward passes; same outputs."""
+    vocab, cg, lm = binary_setup(seed=0)
+    target, cheap = _PerCallCost(lm, 0.01), _PerCallCost(lm, 0.001)
+    prompts = [[0, 1]] * 4
+    plain = gramgen.generate(target, prompts, regex="[01]{40}", max_new_tokens=45)
+    fast = gramgen.generate(target, prompts, regex="[01]{40}", max_new_tokens=45,
+                            speculative=Speculation(cheap, 4))
+    assert [r.tokens for r in fast] == [r.tokens for r in plain]
+    drafted, accepted = sum(r.stats.drafted for r in fast), sum(r.stats.accepted for r in fast)
+    assert accepted >= 0.9 * drafted and drafted >= 60, (accepted, drafted)
+    assert fast[0].stats.forward_passes * 3 <= plain[0].stats.forward_passes, (
+        fast[0].stats.forward_passes, plain[0].stats.forward_passes)
+
+
 def _never_right(vocab, lm, context):
     """Logits that put the draft's mass on the allowed digit the target likes least."""
     row = np.asarray(lm._fn(context), dtype=np.float64)

@@ -224,21 +224,33 @@ class _Acceptance:
     is kept depends on the ones before it: a copied name is right to its end or wrong from
     its start."""
 
-    __slots__ = ("kept", "tried")
+    __slots__ = ("kept", "tried", "seen")
 
     def __init__(self, rates) -> None:
         self.kept = 2.0 * np.asarray(rates, dtype=np.float64)   # a prior worth two drafts
         self.tried = np.full(self.kept.shape[0], 2.0)
+        self.seen = np.zeros(self.kept.shape[0], dtype=bool)
 
     def add(self, index: int, hit: bool) -> None:
         if index < self.kept.shape[0]:
             self.kept[index] = _DECAY * self.kept[index] + hit
             self.tried[index] = _DECAY * self.tried[index] + 1
+            self.seen[index] = True
 
     @property
     def rates(self) -> np.ndarray:
-        """The chance that the i-th token of a run is kept when the ones before it were."""
-        return np.minimum(self.kept / self.tried, 0.99)
+        """The chance that the i-th token of a run is kept when the ones before it were. A
+        place never reached takes the rate of the one before it when that one was
+        measured: otherwise a drafter kept short by its prior would never learn that
+        longer drafts are kept too."""
+        rates = np.minimum(self.kept / self.tried, 0.99)
+        known = bool(self.seen[0])
+        for i in range(1, rates.shape[0]):
+            if self.seen[i]:
+                known = True
+            elif known:
+                rates[i] = rates[i - 1]
+        return rates
 
     def expected(self, length: int) -> float:
         """Tokens a step emits on average when ``length`` tokens are drafted: the kept run
@@ -262,7 +274,8 @@ class StepCosts:
     def __init__(self, most: int = 16) -> None:
         self._plain: deque = deque(maxlen=_RECENT)   # seconds of steps without drafts
         self._ratios: list[deque] = [deque(maxlen=_RECENT) for _ in range(most + 1)]
-        self._draft: deque = deque(maxlen=_RECENT)   # a draft-model forward / a plain step
+        self._draft_seconds: deque = deque(maxlen=_RECENT)   # of a draft-model forward
+        self._drafted: deque = deque(maxlen=_RECENT)   # seconds of steps with drafts
 
     @property
     def plain_seconds(self) -> float | None:
@@ -272,12 +285,13 @@ class StepCosts:
         k = min(int(extra_positions), len(self._ratios) - 1)
         if k == 0:
             self._plain.append(float(seconds))
-        elif self._plain:
+            return
+        self._drafted.append(float(seconds))
+        if self._plain:
             self._ratios[k].append(float(seconds) / self.plain_seconds)
 
     def observe_draft(self, seconds: float) -> None:
-        if self._plain:
-            self._draft.append(float(seconds) / self.plain_seconds)
+        self._draft_seconds.append(float(seconds))
 
     def ratio(self, extra_positions: int) -> float | None:
         """A step verifying ``extra_positions`` drafted tokens, in steps without drafts; for
@@ -301,8 +315,19 @@ class StepCosts:
         measured = self.ratio(g)
         cost = 1.0 + _PRIOR_POSITION_COST * g if measured is None else min(measured, 1.0 + 2.0 * g)
         if model:
-            cost += g * (float(np.median(self._draft)) if self._draft else _PRIOR_DRAFT_COST)
+            cost += g * self.draft_ratio()
         return cost
+
+    def draft_ratio(self) -> float:
+        """A draft-model forward in steps without drafts; while no such step was measured
+        (every step drafted), in steps with drafts, which cost at least as much: an
+        estimate that errs towards drafting, the regime the steps seen are in."""
+        if not self._draft_seconds:
+            return _PRIOR_DRAFT_COST
+        base = self.plain_seconds or (float(np.median(self._drafted)) if self._drafted else None)
+        if not base:
+            return _PRIOR_DRAFT_COST
+        return float(np.median(self._draft_seconds)) / base
 
 
 def best_length(acceptance: _Acceptance, cost, most: int) -> int:
