@@ -20,7 +20,6 @@ the next run skips the ids already in the file, exactly as the single-process co
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -33,14 +32,11 @@ from ..extraction import prompt_template as template_of
 from ..generation import generate
 from ..grammar import Grammar
 from ..hf import load_model
+from .llm import vllm_dataset
+from .rows import OUTPUT_COLUMNS, _output_schema, _row_of, record_of
 
 __all__ = ["OUTPUT_COLUMNS", "extract_dataset", "extract_with_ray", "record_of"]
 
-#: the columns of :func:`extract_dataset`'s output, all strings: ``id``; ``value``, the JSON
-#: text of the extracted value (null when the document failed); ``error``, why the document
-#: failed (null when it did not); ``text``, the generated text of a failed output, when there
-#: was one. JSON text keeps the column's type fixed whatever the schema, for Parquet and JSON.
-OUTPUT_COLUMNS = ("id", "value", "error", "text")
 
 #: the most blocks ``extract --ray`` splits its documents into (a block is the unit a worker
 #: takes and the unit a killed run may lose)
@@ -55,30 +51,6 @@ def _require_ray():
         raise GramgenError(f"extraction on Ray needs Ray Data ({exc}): pip install 'gramgen[ray]' "
                            "(ray[data] and pyarrow)") from None
     return ray
-
-
-def _output_schema():
-    import pyarrow as pa
-
-    return pa.schema([(name, pa.string()) for name in OUTPUT_COLUMNS])
-
-
-def record_of(row: dict) -> dict:
-    """The record that ``gramgen extract`` writes for one row of :func:`extract_dataset`'s
-    output: ``{"id", "value"}``, or ``{"id", "error"}`` with the generated ``"text"`` when
-    there was one."""
-    if row.get("error") is None:
-        return {"id": row["id"], "value": json.loads(row["value"])}
-    record = {"id": row["id"], "error": row["error"]}
-    if row.get("text") is not None:
-        record["text"] = row["text"]
-    return record
-
-
-def _row_of(record: dict) -> dict:
-    return {"id": record["id"],
-            "value": json.dumps(record["value"], ensure_ascii=False) if "error" not in record else None,
-            "error": record.get("error"), "text": record.get("text")}
 
 
 class _Extractor:
@@ -266,8 +238,6 @@ def _vllm(ds, *, schema, grammar, lenient_formats, speculative, strict, device, 
                                  f"leaves room for Ray's own tasks), not {cpus_per_worker!r}")
     if not (isinstance(gpus_per_worker, (int, float)) and gpus_per_worker >= 0):
         raise ConfigurationError(f"gpus_per_worker must be a number, 0 or more, not {gpus_per_worker!r}")
-    from .llm import vllm_dataset
-
     return vllm_dataset(ds, schema=schema, template=template_of(prompt_template, schema), batch_size=batch_size,
                         workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
                         **rest)
@@ -375,8 +345,6 @@ def extract_with_ray(args: argparse.Namespace, *, todo: list, out: Path, schema:
                                      override_num_blocks=blocks)
             try:
                 if vllm:
-                    from .llm import vllm_dataset
-
                     mapped = vllm_dataset(ds, schema=schema, model=args.model, template=template, field="text",
                                           id_field="id", batch_size=args.batch_size,
                                           max_new_tokens=options["max_new_tokens"], chat=options["chat"],

@@ -33,6 +33,9 @@ from typing import Any
 from ..errors import ConfigurationError, GramgenError
 from ..extraction import Document, outcome, schema_validator
 from ..generation.result import GenerationResult
+from ..hf.model import Model
+from ..vllm.params import extra_args
+from .rows import OUTPUT_COLUMNS, _output_schema, _row_of
 
 __all__ = ["vllm_dataset"]
 
@@ -96,8 +99,6 @@ def _prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
     """The token ids ``gramgen.generate`` gives ``prompt`` with this tokenizer: the method of
     :class:`gramgen.hf.Model` itself, on a model that has only the tokenizer (it reads
     nothing else)."""
-    from ..hf.model import Model
-
     holder = object.__new__(Model)
     holder.tokenizer = tokenizer
     return Model.prompt_ids(holder, prompt, chat)
@@ -144,8 +145,6 @@ class _Postprocess:
         self.schema_text, self.max_tokens = json.dumps(schema), max_tokens
 
     def __call__(self, row: dict) -> dict:
-        from .extract import _row_of
-
         doc = Document(row[_ID], None)
         if row.get(_SKIP):
             return _row_of({"id": doc.id, "error": row[_SKIP]})
@@ -172,8 +171,6 @@ def _as_output(batch):
     every row of a block would otherwise have no type)."""
     import pyarrow as pa
 
-    from .extract import OUTPUT_COLUMNS, _output_schema
-
     return pa.Table.from_arrays([batch.column(name).cast(pa.string()) for name in OUTPUT_COLUMNS],
                                 schema=_output_schema())
 
@@ -184,8 +181,6 @@ def vllm_dataset(ds, *, schema: Any, model: str, template: str, field: str, id_f
                  engine_kwargs: dict | None):
     """``extract_dataset(engine="vllm")``'s dataset: ``ds`` through a Ray Data LLM processor
     with vLLM engines (see the module's docstring); arguments checked by the caller."""
-    from ..vllm.params import extra_args
-
     ray, Config, build = _require_ray_llm()
     if not isinstance(ds, ray.data.Dataset):
         raise ConfigurationError(f"extract_dataset takes a ray.data.Dataset, not {type(ds).__name__}")

@@ -64,6 +64,7 @@ from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError, GramgenError, TokenRejected
 from ..grammar import Grammar
 from ..runtime import CompiledGrammar, compile as compile_grammar
+from .logits_processor import _vocabulary, engine_vocabulary
 
 try:
     from vllm.v1.structured_output.backend_types import (StructuredOutputBackend as _Backend,
@@ -334,8 +335,6 @@ def compiled_for(kind: str, spec: str, vocab: Vocabulary) -> CompiledGrammar:
 def _vocabulary_for(model_config: Any) -> Callable[[frozenset[int]], Vocabulary]:
     """A function from a request's stop-token ids to the engine's gramgen Vocabulary with
     those ids as EOS too (vLLM masks a request's stop tokens until its grammar is done)."""
-    from .logits_processor import _vocabulary, engine_vocabulary
-
     base: list[Vocabulary] = []
     lock = threading.Lock()
 
