@@ -117,20 +117,29 @@ def request_of(args: Mapping[str, Any] | None) -> Request | None:
     return Request(KINDS[key], value)
 
 
-def _schema_text(value: Any) -> str:
-    """Canonical JSON text of a schema given as JSON text or as a dict / bool."""
+def schema_value(value: Any, label: str) -> dict | bool:
+    """A schema given as JSON text or as a dict / bool, as a dict / bool; a
+    :class:`~gramgen.ConfigurationError` naming ``label`` (where the request gave it) for
+    anything else. Shared by the logits processor's arguments and the structured-output
+    backend."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{ARG_SCHEMA} is not JSON text: {exc.msg} at line {exc.lineno}, "
+            raise ConfigurationError(f"{label} is not JSON text: {exc.msg} at line {exc.lineno}, "
                                      f"column {exc.colno}") from None
         if not isinstance(value, (dict, bool)):
-            raise ConfigurationError(f"{ARG_SCHEMA} must be a JSON object (or true / false), "
+            raise ConfigurationError(f"{label} must be a JSON object (or true / false), "
                                      f"not a JSON {type(value).__name__}")
     elif not isinstance(value, (dict, bool)):
-        raise ConfigurationError(f"{ARG_SCHEMA} takes the schema as JSON text (or a dict), "
+        raise ConfigurationError(f"{label} takes the schema as JSON text (or a dict), "
                                  f"not {type(value).__name__}")
+    return value
+
+
+def _schema_text(value: Any) -> str:
+    """Canonical JSON text of a schema given as JSON text or as a dict / bool."""
+    value = schema_value(value, ARG_SCHEMA)
     try:
         return json.dumps(value)  # key order kept: it is the order the properties come out in
     except (TypeError, ValueError) as exc:

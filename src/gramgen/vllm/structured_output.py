@@ -65,6 +65,7 @@ from ..errors import ConfigurationError, GramgenError, TokenRejected
 from ..grammar import Grammar
 from ..runtime import CompiledGrammar, compile as compile_grammar
 from .logits_processor import _vocabulary, engine_vocabulary
+from .params import schema_value
 
 try:
     from vllm.v1.structured_output.backend_types import (StructuredOutputBackend as _Backend,
@@ -110,15 +111,7 @@ def constraint_grammar(kind: str, spec: str) -> Grammar:
     kind gramgen does not serve (naming it) and for a malformed spec; gramgen's own
     GrammarError / SchemaError for a grammar or schema it cannot read."""
     if kind == "json":
-        try:
-            schema = json.loads(spec) if isinstance(spec, str) else spec
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"structured_outputs.json is not JSON text: {exc.msg} at line "
-                                     f"{exc.lineno}, column {exc.colno}") from None
-        if not isinstance(schema, (dict, bool)):
-            raise ConfigurationError(f"structured_outputs.json must be a JSON Schema (an object or "
-                                     f"true / false), not a JSON {type(schema).__name__}")
-        return Grammar.from_json_schema(schema, strict=True)
+        return Grammar.from_json_schema(schema_value(spec, "structured_outputs.json"), strict=True)
     if kind == "json_object":
         return Grammar.from_json_schema({"type": "object"})
     if kind == "regex":
