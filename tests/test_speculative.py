@@ -527,17 +527,22 @@ def test_forget_drops_what_a_model_keeps_across_calls(smol):
 
 # -- adaptive draft lengths ------------------------------------------------------------------
 
+def _line(per_position: float):
+    """A step cost that grows by ``per_position`` steps for each drafted token."""
+    return lambda g: 1.0 + g * per_position
+
+
 def test_best_length_weighs_acceptance_against_cost():
     from gramgen.generation.speculation import StepCosts, _Acceptance, best_length
 
     sure, never = _Acceptance([0.98] * 5), _Acceptance([0.01] * 5)
-    assert best_length(sure, 0.1, 5) == 5
-    assert best_length(never, 0.1, 5) == 0
-    assert best_length(sure, 0.0, 3) == 3
+    assert best_length(sure, _line(0.1), 5) == 5
+    assert best_length(never, _line(0.1), 5) == 0
+    assert best_length(sure, _line(0.0), 3) == 3
     # a run that is right to its end once its first token is right: worth drafting long
     copy = _Acceptance([0.4, 0.95, 0.95, 0.95, 0.95])
-    assert best_length(copy, 0.15, 5) == 5
-    assert best_length(_Acceptance([0.4, 0.1, 0.1, 0.1, 0.1]), 0.15, 5) == 1
+    assert best_length(copy, _line(0.15), 5) == 5
+    assert best_length(_Acceptance([0.4, 0.1, 0.1, 0.1, 0.1]), _line(0.15), 5) == 1
     assert copy.expected(0) == 1.0 and abs(copy.expected(1) - 1.4) < 1e-12
     # a CPU's step: the first drafted position costs most of a step, the next ones little
     costs = StepCosts()
@@ -561,7 +566,7 @@ def test_best_length_weighs_acceptance_against_cost():
     step = lambda g: costs.relative(g, False)   # noqa: E731
     assert best_length(modest, step, 5) == 5
     assert best_length(_Acceptance([0.55, 0.1, 0.1, 0.1, 0.1]), step, 5) == 0
-    assert best_length(_Acceptance([0.55, 0.1, 0.1, 0.1, 0.1]), 0.15, 5) == 1   # where a line would draft
+    assert best_length(_Acceptance([0.55, 0.1, 0.1, 0.1, 0.1]), _line(0.15), 5) == 1   # where a line would draft
 
 
 def test_a_draft_model_that_never_agrees_stops_drafting():

@@ -41,7 +41,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence as SequenceOf
+from collections.abc import Callable, Sequence as SequenceOf
 from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
@@ -330,13 +330,10 @@ class StepCosts:
         return float(np.median(self._draft_seconds)) / base
 
 
-def best_length(acceptance: _Acceptance, cost, most: int) -> int:
+def best_length(acceptance: _Acceptance, cost: Callable[[int], float], most: int) -> int:
     """The draft length (0 to ``most``) with the most expected tokens per unit of time: a
     step with ``g`` drafted tokens emits ``acceptance.expected(g)`` tokens and costs
-    ``cost(g)`` steps without drafts (a number ``c``: ``1 + g · c``)."""
-    if not callable(cost):
-        per_position = float(cost)
-        cost = lambda g: 1.0 + g * per_position   # noqa: E731
+    ``cost(g)`` steps without drafts."""
     best, value = 0, 1.0
     for g in range(1, most + 1):
         v = acceptance.expected(g) / cost(g)
