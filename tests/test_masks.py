@@ -148,8 +148,9 @@ def test_mask_equals_brute_force_many_states(gname):
     vocab = _small_vocab(words, rng)
     cg, ref = gramgen.compile(grammar(gname), vocab), reference(gname)
     total = 0
-    # python.lark's reference sets are large: fewer walks keep the suite within CI's budget
-    n_walks = 6 if gname == "python_subset.lark" else 12
+    # the byte-level reference is slowest on python.lark's and sql.lark's large item sets
+    # (sql: 11 s a walk): fewer walks keep the suite within CI's budget
+    n_walks = 6 if gname in ("python_subset.lark", "sql.lark") else 12
     for w in words[: max(4, int(n_walks * SCALE))]:
         from textgen import greedy_tokenize
 
