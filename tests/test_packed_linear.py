@@ -99,3 +99,25 @@ def test_smollm2_logits_and_greedy_tokens_with_and_without_packing():
     outs = [gramgen.generate(m, "Name three colours.", regex=r"[a-z ,]{1,40}", max_new_tokens=12,
                              temperature=0.0) for m in (packed, plain)]
     assert outs[0].tokens == outs[1].tokens
+
+
+@needs_onednn
+def test_a_deep_copy_or_pickle_of_a_packed_model_runs_packed_on_its_own_weights():
+    import copy
+    import io
+
+    net = _net()
+    pack_linears(net)
+    x = torch.randn(2, 24)
+    with torch.no_grad():
+        net(x)   # packed now
+        twin = copy.deepcopy(net)
+        twin[0].weight.zero_()
+        assert torch.equal(twin(x), copy.deepcopy(twin)(x))
+        assert not torch.equal(twin(x), net(x))
+        assert twin[0].forward.layer is twin[0]
+        buffer = io.BytesIO()
+        torch.save(net, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
+        torch.testing.assert_close(loaded(x), net(x))

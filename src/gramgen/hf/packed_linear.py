@@ -44,14 +44,20 @@ def packed_linear_available() -> bool:
 
 
 class _Packed:
-    """The replacement ``forward`` of one ``nn.Linear`` (kept on the instance)."""
+    """The replacement ``forward`` of one ``nn.Linear`` (kept on the instance). It packs on
+    its first call and again after the weight changes; copies and pickles of the model
+    carry no packed tensor (oneDNN's has no storage to copy) and pack anew."""
 
     def __init__(self, layer):
         self.layer = layer
-        self.original = type(layer).forward.__get__(layer)
         self.version = -1
         self.packed = None
-        self._pack()
+
+    def __getstate__(self):
+        return {"layer": self.layer}
+
+    def __setstate__(self, state):
+        self.__init__(state["layer"])
 
     def _pack(self) -> None:
         import torch
@@ -69,8 +75,8 @@ class _Packed:
         if (x.dtype != torch.float32 or x.device.type != "cpu" or weight.device.type != "cpu"
                 or weight.dtype != torch.float32 or (torch.is_grad_enabled() and weight.requires_grad)
                 or x.dim() < 1):
-            return self.original(x)
-        if weight._version != self.version:
+            return type(layer).forward(layer, x)
+        if self.packed is None or weight._version != self.version:
             self._pack()
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
