@@ -75,6 +75,35 @@ def test_multiple_of_exact(step):
             assert dfa.matches(text) == (Decimal(text) % s == 0), (step, text)
 
 
+@pytest.mark.parametrize("step", ["10", "300", "7e3", "2.5e2", "1.2e3", "40"])
+@pytest.mark.parametrize("allow_fraction", [True, False])
+def test_multiple_of_integer_steps_with_trailing_zeros(step, allow_fraction):
+    """Steps c * 10**k take c * (k + 1) states; the language is exactly the multiples."""
+    s = Decimal(step)
+    dfa = cpdfa.from_regex(numbers.multiple_of(s, allow_fraction=allow_fraction))
+    for n in range(-30_000, 30_001, 10 if s >= 1000 else 1):
+        assert dfa.matches(str(n)) == (n % s == 0), (step, n)
+        assert dfa.matches(f"{n}.00") == (allow_fraction and n % s == 0), (step, n)
+        assert not dfa.matches(f"{n}.5") and not dfa.matches(f"{n}.")
+    assert not dfa.matches("-0") and not dfa.matches("00") and not dfa.matches("0" + str(int(s)))
+
+
+def test_multiple_of_a_huge_power_of_ten_is_small():
+    """multipleOf 1e30 (10**30 remainders before) compiles to a few dozen states."""
+    dfa = cpdfa.from_regex(numbers.multiple_of(Decimal("1e30"), allow_fraction=True))
+    assert dfa.matches("1" + "0" * 30) and dfa.matches("-37" + "0" * 31) and dfa.matches("0")
+    assert dfa.matches("5" + "0" * 30 + ".000")
+    assert not dfa.matches("1" + "0" * 29) and not dfa.matches("1" + "0" * 30 + "1" + "0" * 29)
+    assert dfa.matches("1" + "0" * 29 + "1" + "0" * 30)
+    assert not dfa.matches("1" + "0" * 30 + ".1")
+    three = cpdfa.from_regex(numbers.multiple_of(Decimal("3e30"), allow_fraction=False))
+    assert three.matches("12" + "0" * 30) and not three.matches("13" + "0" * 30)
+    assert three.matches("3" + "0" * 33) and not three.matches("1" + "0" * 33)
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema({"type": "integer", "multipleOf": 1e30},
+                                                          whitespace="compact"), BYTE_VOCAB)
+    assert accepts(cg, b"2" + b"0" * 30) and not accepts(cg, b"2" + b"0" * 29)
+
+
 def test_schema_numbers_through_the_matcher():
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
         {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2, "multipleOf": 0.5}, whitespace="compact"), BYTE_VOCAB)

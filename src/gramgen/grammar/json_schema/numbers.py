@@ -162,8 +162,15 @@ def _negatives(cmp: tuple[str, Decimal] | None) -> Regex:
 
 def multiple_of(step: Decimal, allow_fraction: bool) -> Regex:
     """Numerals (canonical integer part, any fraction digits) that are exact multiples of
-    ``step > 0``: a remainder automaton over the digits of ``value * 10**scale``."""
+    ``step > 0``: a remainder automaton over the digits of ``value * 10**scale``.
+
+    An integer step ``c * 10**k`` (``c`` not a multiple of 10) costs ``c * (k + 1)``
+    states, not ``c * 10**k``: n is a multiple of it iff n ends in k zeros and what comes
+    before them is a multiple of ``c`` (``1e30`` is 31 states)."""
+    step = step.normalize()
     _, _, exp = step.as_tuple()
+    if int(exp) > 0:
+        return _integer_step(step, int(exp), allow_fraction)
     scale = max(0, -int(exp))
     modulus = int(step.scaleb(scale))
     if modulus > MAX_MODULUS:
@@ -224,6 +231,61 @@ def multiple_of(step: Decimal, allow_fraction: bool) -> Regex:
             continue
         if allow_fraction:
             out.append((46, 46, state(("dot", r, neg))))
+    for out in edges:
+        out.sort()
+    return cpdfa.as_regex(cpdfa.trim(cpdfa.CodepointDFA(edges, accepting)))
+
+
+def _integer_step(step: Decimal, zeros: int, allow_fraction: bool) -> Regex:
+    """Multiples of ``c * 10**zeros`` (``c`` the step's digits; ``zeros`` > 0). States of
+    the integer part: ``("run", p, z)``, z < ``zeros`` zeros after digits whose value is p
+    mod c; ``("tail", q)``, at least ``zeros`` zeros, q the value mod c of the digits
+    before the last ``zeros`` of them. A fraction can only be zeros."""
+    c = int(step.scaleb(-zeros))
+    if c * (zeros + 1) > MAX_MODULUS:
+        raise CompileLimitError(f"multipleOf {step} needs {c * (zeros + 1)} states (limit {MAX_MODULUS})")
+    index: dict[tuple, int] = {}
+    edges: list[list[tuple[int, int, int]]] = []
+    accepting: list[bool] = []
+    todo: list[tuple] = []
+
+    def state(key: tuple, accepts: bool = False) -> int:
+        if key not in index:
+            index[key] = len(accepting)
+            edges.append([])
+            accepting.append(accepts)
+            todo.append(key)
+        return index[key]
+
+    def run(p: int, z: int, neg: bool) -> int:
+        return state(("tail", p % c, neg), p % c == 0) if z == zeros else state(("run", p % c, z, neg))
+
+    state(("start",))
+    while todo:
+        key = todo.pop()
+        s = index[key]
+        out = edges[s]
+        kind, neg = key[0], key[-1]
+        if kind == "start":
+            out.append((45, 45, state(("minus", True))))
+            neg = False
+        if kind in ("start", "minus"):
+            out.append((48, 48, state(("zero", neg), not neg)))   # "-0" is not canonical
+            out.extend((48 + d, 48 + d, run(d, 0, neg)) for d in range(1, 10))
+            continue
+        if kind in ("dot", "frac"):
+            out.append((48, 48, state(("frac", key[1], neg), key[1])))
+            continue
+        if kind == "run":
+            _, p, z, _ = key
+            out.append((48, 48, run(p, z + 1, neg)))
+            out.extend((48 + d, 48 + d, run(p * 10 ** (z + 1) + d, 0, neg)) for d in range(1, 10))
+        elif kind == "tail":
+            q = key[1]
+            out.append((48, 48, run(10 * q, zeros, neg)))
+            out.extend((48 + d, 48 + d, run(q * 10 ** (zeros + 1) + d, 0, neg)) for d in range(1, 10))
+        if allow_fraction:   # "zero" too: 0.000 is 0
+            out.append((46, 46, state(("dot", accepting[s], neg))))
     for out in edges:
         out.sort()
     return cpdfa.as_regex(cpdfa.trim(cpdfa.CodepointDFA(edges, accepting)))
