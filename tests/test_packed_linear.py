@@ -59,6 +59,13 @@ def test_autograd_and_other_dtypes_take_nn_linear():
     x = torch.randn(3, 24)
     net(x).sum().backward()   # the packed op records no gradient: nn.Linear's forward ran
     assert net[0].weight.grad is not None and net[0].weight.grad.abs().sum() > 0
+    frozen = _net()
+    pack_linears(frozen)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    leaf = torch.randn(3, 24, requires_grad=True)
+    frozen(leaf).sum().backward()   # frozen weights, an input that wants its gradient
+    assert leaf.grad is not None and leaf.grad.abs().sum() > 0
     double = _net().double()
     assert pack_linears(double) == 0   # float32 layers only
     with torch.inference_mode():

@@ -12,10 +12,11 @@ tokens, so verifying drafted positions is nearly free, as on a GPU.
 
 :func:`pack_linears` swaps each float32 CPU ``nn.Linear``'s ``forward`` for the packed
 call, on the module itself: parameters, ``state_dict`` and tied weights are untouched,
-and the packed copy costs as much memory again as the linear weights. A layer falls back to
-``nn.Linear``'s own forward whenever the packed call does not apply: autograd recording,
-another device or dtype, or a weight changed in place since it was packed (it is re-packed
-on its next call). The products are the same up to floating-point summation order.
+and the packed copy costs as much memory again as the linear weights. A layer falls back
+to ``nn.Linear``'s own forward whenever the packed call does not apply: autograd
+recording (a weight, bias or input that requires grad: the packed op has no gradient),
+another device or dtype. A weight changed in place since it was packed is re-packed on
+the next call. The products are the same up to floating-point summation order.
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ class _Packed:
         layer = self.layer
         weight = layer.weight
         if (x.dtype != torch.float32 or x.device.type != "cpu" or weight.device.type != "cpu"
-                or weight.dtype != torch.float32 or (torch.is_grad_enabled() and weight.requires_grad)
-                or x.dim() < 1):
+                or weight.dtype != torch.float32 or x.dim() < 1
+                or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                                 or (layer.bias is not None and layer.bias.requires_grad)))):
             return type(layer).forward(layer, x)
         if self.packed is None or weight._version != self.version:
             self._pack()
