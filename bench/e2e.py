@@ -57,6 +57,9 @@ INT: /[1-9][0-9]{0,2}/
 def _run(model, prompt_ids, compiled, max_new_tokens, jump_forward):
     seq = Sequence(list(prompt_ids), None if compiled is None else MatcherConstraint(compiled.matcher()))
     sampler = MaskedSampler(Constrained(jump_forward=jump_forward), model.vocab)
+    # cold: without this the model's memo of scored contexts and the rows the last call
+    # left answer a repeated run (and the other modes' identical prefixes) with no forward
+    model.forget()
     w0, c0 = time.perf_counter(), time.process_time()
     (seq,) = run(model, [seq], sampler, max_new_tokens=max_new_tokens)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0

@@ -7,8 +7,10 @@ batch) take the matrix-matrix path, and the packing then costs about as much as 
 product: measured on SmolLM2-135M with 2 threads, a forward over 2 tokens took about 1.8x
 one token and over 6 tokens about 2.1x. With the weights packed once in oneDNN's blocked
 layout (the packing PyTorch's own compiler uses when it freezes a CPU model), the same
-forward takes about 76 ms for one token (about 85-105 ms before) and 93-102 ms for 2-6
-tokens, so verifying drafted positions is nearly free, as on a GPU.
+forward over 2-6 new tokens takes 93-102 ms instead of 157-187 ms, against 84-107 ms for
+one token (76-88 ms packed), so verifying drafted positions is nearly free, as on a GPU.
+With one torch thread a single row (plain decoding of one sequence) keeps PyTorch's own
+product: there the packed one was slower (116 ms against 97 ms).
 
 :func:`pack_linears` swaps each float32 CPU ``nn.Linear``'s ``forward`` for the packed
 call, on the module itself: parameters, ``state_dict`` and tied weights are untouched,
@@ -77,6 +79,9 @@ class _Packed:
                 or weight.dtype != torch.float32 or x.dim() < 1
                 or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                                  or (layer.bias is not None and layer.bias.requires_grad)))):
+            return type(layer).forward(layer, x)
+        rows = x.numel() // max(x.shape[-1], 1) if x.shape[-1] else 0
+        if rows < 2 and torch.get_num_threads() < 2:   # MKL's matrix-vector product wins there
             return type(layer).forward(layer, x)
         if self.packed is None or weight._version != self.version:
             self._pack()
