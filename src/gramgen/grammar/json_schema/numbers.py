@@ -160,6 +160,30 @@ def _negatives(cmp: tuple[str, Decimal] | None) -> Regex:
 # ------------------------------------------------------------------ multipleOf
 
 
+class _States:
+    """A DFA built by exploring keyed states: :meth:`state` numbers a key on first sight
+    and queues it (``todo``) for its edges to be filled in."""
+
+    def __init__(self):
+        self.index: dict[tuple, int] = {}
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.accepting: list[bool] = []
+        self.todo: list[tuple] = []
+
+    def state(self, key: tuple, accepts: bool = False) -> int:
+        if key not in self.index:
+            self.index[key] = len(self.accepting)
+            self.edges.append([])
+            self.accepting.append(accepts)
+            self.todo.append(key)
+        return self.index[key]
+
+    def regex(self) -> Regex:
+        for out in self.edges:
+            out.sort()
+        return cpdfa.as_regex(cpdfa.trim(cpdfa.CodepointDFA(self.edges, self.accepting)))
+
+
 def multiple_of(step: Decimal, allow_fraction: bool) -> Regex:
     """Numerals (canonical integer part, any fraction digits) that are exact multiples of
     ``step > 0``: a remainder automaton over the digits of ``value * 10**scale``.
@@ -175,18 +199,9 @@ def multiple_of(step: Decimal, allow_fraction: bool) -> Regex:
     modulus = int(step.scaleb(scale))
     if modulus > MAX_MODULUS:
         raise CompileLimitError(f"multipleOf {step} needs {modulus} remainder states (limit {MAX_MODULUS})")
-    index: dict[tuple, int] = {}
-    edges: list[list[tuple[int, int, int]]] = []
-    accepting: list[bool] = []
-    todo: list[tuple] = []
-
-    def state(key: tuple) -> int:
-        if key not in index:
-            index[key] = len(accepting)
-            edges.append([])
-            accepting.append(False)
-            todo.append(key)
-        return index[key]
+    states = _States()
+    edges, accepting, todo, index, state = (states.edges, states.accepting, states.todo,
+                                            states.index, states.state)
 
     def divisible(r: int, used: int) -> bool:
         return r * 10 ** (scale - used) % modulus == 0
@@ -231,9 +246,7 @@ def multiple_of(step: Decimal, allow_fraction: bool) -> Regex:
             continue
         if allow_fraction:
             out.append((46, 46, state(("dot", r, neg))))
-    for out in edges:
-        out.sort()
-    return cpdfa.as_regex(cpdfa.trim(cpdfa.CodepointDFA(edges, accepting)))
+    return states.regex()
 
 
 def _integer_step(step: Decimal, zeros: int, allow_fraction: bool) -> Regex:
@@ -244,18 +257,9 @@ def _integer_step(step: Decimal, zeros: int, allow_fraction: bool) -> Regex:
     c = int(step.scaleb(-zeros))
     if c * (zeros + 1) > MAX_MODULUS:
         raise CompileLimitError(f"multipleOf {step} needs {c * (zeros + 1)} states (limit {MAX_MODULUS})")
-    index: dict[tuple, int] = {}
-    edges: list[list[tuple[int, int, int]]] = []
-    accepting: list[bool] = []
-    todo: list[tuple] = []
-
-    def state(key: tuple, accepts: bool = False) -> int:
-        if key not in index:
-            index[key] = len(accepting)
-            edges.append([])
-            accepting.append(accepts)
-            todo.append(key)
-        return index[key]
+    states = _States()
+    edges, accepting, todo, index, state = (states.edges, states.accepting, states.todo,
+                                            states.index, states.state)
 
     def run(p: int, z: int, neg: bool) -> int:
         return state(("tail", p % c, neg), p % c == 0) if z == zeros else state(("run", p % c, z, neg))
@@ -286,9 +290,7 @@ def _integer_step(step: Decimal, zeros: int, allow_fraction: bool) -> Regex:
             out.extend((48 + d, 48 + d, run(q * 10 ** (zeros + 1) + d, 0, neg)) for d in range(1, 10))
         if allow_fraction:   # "zero" too: 0.000 is 0
             out.append((46, 46, state(("dot", accepting[s], neg))))
-    for out in edges:
-        out.sort()
-    return cpdfa.as_regex(cpdfa.trim(cpdfa.CodepointDFA(edges, accepting)))
+    return states.regex()
 
 
 def number_regex(integer: bool, minimum=None, maximum=None, exclusive_minimum=None,
