@@ -4,6 +4,8 @@ override its fields; bad values are ConfigurationErrors naming the option."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import re
 
 import pytest
 
@@ -74,10 +76,30 @@ def test_not_a_grammar_or_not_options():
         gramgen.compile(grammar(), VOCAB, {"precompute": True})  # type: ignore[arg-type]
 
 
+def _accepts(cg, text: str) -> bool:
+    m = cg.matcher()
+    try:
+        m.advance_many([0 if c == "a" else 1 for c in text])
+    except gramgen.TokenRejected:
+        return False
+    return m.is_accepting()
+
+
 def test_max_dfa_states_is_applied():
-    with pytest.raises(gramgen.CompileLimitError, match="max_states=20"):
-        gramgen.compile(gramgen.Grammar.from_regex("[ab]*a[ab]{6}"), VOCAB, max_dfa_states=20)
-    gramgen.compile(gramgen.Grammar.from_regex("[ab]*a[ab]{6}"), VOCAB, max_dfa_states=1_000)
+    """A lexeme over the limit is split into rules over smaller lexemes (the language is
+    the same); where it cannot be split (an ignored lexeme) the limit is an error."""
+    regex = "[ab]*a[ab]{6}"
+    small = gramgen.compile(gramgen.Grammar.from_regex(regex), VOCAB, max_dfa_states=20)
+    assert max(d.n_states for d in small.tables.lex_dfas) <= 20 and len(small.tables.lex_dfas) > 1
+    large = gramgen.compile(gramgen.Grammar.from_regex(regex), VOCAB, max_dfa_states=1_000)
+    assert len(large.tables.lex_dfas) == 1 and large.tables.lex_dfas[0].n_states > 20
+    for n in range(12):
+        for text in itertools.product("ab", repeat=n):
+            text = "".join(text)
+            assert _accepts(small, text) == _accepts(large, text) == bool(re.fullmatch(regex, text)), text
+    ignored = gramgen.Grammar.from_lark('start: "a"+\n%ignore /[ab]*a[ab]{6}/')
+    with pytest.raises(gramgen.CompileLimitError, match="max_states=20.*ignored lexeme"):
+        gramgen.compile(ignored, VOCAB, max_dfa_states=20)
 
 
 def test_mask_cache_size_bounds_the_masks_kept():

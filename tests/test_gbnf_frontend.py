@@ -204,7 +204,7 @@ def test_token_syntax_is_rejected_by_name():
     ('root ::= [abc\n', "unterminated"),
     ('root ::= * "a"\n', "before"),
     ('root ::= "a"{3,1}\n', "max < min"),
-    ('root ::= "a"{99999}\n', "limit"),
+    ('root ::= "a"{9999999}\n', "limit"),
     ('root ::= ("a"\n', "expecting ')'"),
     ('root ::= "a")\n', "unmatched"),
     ('root := "a"\n', "::="),

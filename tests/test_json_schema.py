@@ -104,6 +104,35 @@ def test_multiple_of_a_huge_power_of_ten_is_small():
     assert accepts(cg, b"2" + b"0" * 30) and not accepts(cg, b"2" + b"0" * 29)
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "items": {"type": "integer"}, "maxItems": 5000},
+    {"type": "array", "items": {"type": "integer"}, "minItems": 3000},
+    {"type": "array", "items": {"enum": [1, 22]}, "minItems": 1234, "maxItems": 2345},
+    {"type": "array", "prefixItems": [{"const": "a"}, {"type": "boolean"}], "items": {"type": "null"},
+     "minItems": 3, "maxItems": 4097},
+    {"type": "array", "items": {"type": "integer"}, "maxItems": 7, "minItems": 2},
+    {"type": "array", "items": {"type": "integer"}, "maxItems": 1},
+])
+def test_array_bounds_cost_log_rules(schema):
+    """Items past the prefix are counted by O(log n) rules (a maxItems of 5000 used to
+    raise CompileLimitError): exactly the lengths the schema allows are accepted."""
+    g = gramgen.Grammar.from_json_schema(schema, whitespace="compact")
+    assert len(g.ir.rules) < 400
+    cg = gramgen.compile(g, BYTE_VOCAB)
+    lo, hi = schema.get("minItems", 0), schema.get("maxItems", 6000)
+    item = {"integer": 7, "null": None}.get(schema["items"].get("type"), 22)
+    prefix = ["a", True][:len(schema.get("prefixItems", []))]
+    for n in sorted({0, 1, 2, 3, lo - 1, lo, lo + 1, hi - 1, hi, hi + 1}):
+        if n < 0:
+            continue
+        value = prefix[:n] + [item] * (n - len(prefix))
+        text = compact(value)
+        expected = jsonschema.Draft202012Validator(schema).is_valid(value)
+        assert accepts(cg, text) == expected, (n, text[:40])
+    if prefix:
+        assert not accepts(cg, compact([True, "a"] + [None] * lo))
+
+
 def test_schema_numbers_through_the_matcher():
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
         {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2, "multipleOf": 0.5}, whitespace="compact"), BYTE_VOCAB)

@@ -24,8 +24,10 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .._lru import SizedLRU
-from ..errors import CompileLimitError
-from ..grammar.ir import Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq, normalize_ranges
+from ..errors import CompileLimitError, GrammarError
+from ..grammar.ir import (Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Seq,
+                          normalize_ranges)
+from ..grammar.split import split_lexemes
 from .utf8 import EXIT, utf8_automaton
 
 try:
@@ -275,6 +277,44 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
             found = _compile_regex(rx, max_states, program=program)
             _cache.put(key, found)
         yield found
+
+
+#: rounds of :func:`compile_lexemes` splitting lexemes that are still too big
+MAX_SPLIT_ROUNDS = 64
+
+
+def compile_lexemes(ir: GrammarIR, *, max_states: int = 10_000) -> tuple[GrammarIR, dict[str, ByteDFA]]:
+    """The DFA of every lexeme of ``ir``, and the grammar they belong to: ``ir`` itself, or,
+    where a lexeme's DFA would exceed ``max_states`` (a long counted repeat), ``ir`` with
+    that lexeme rewritten as rules over smaller ones (:func:`gramgen.grammar.split.split_lexemes`).
+
+    Raises :class:`GrammarError` naming a lexeme that cannot be compiled, and
+    :class:`CompileLimitError` when a too-big lexeme cannot be split (a grammar with
+    ignored lexemes, a single character class)."""
+    dfas: dict[str, ByteDFA] = {}
+    pending = list(ir.lexemes)
+    for _ in range(MAX_SPLIT_ROUNDS):
+        too_big: dict[str, CompileLimitError] = {}
+        built = compile_regexes([ir.lexemes[n] for n in pending], max_states=max_states)
+        for i, name in enumerate(pending):
+            try:
+                dfas[name] = next(built)
+            except CompileLimitError as exc:
+                too_big[name] = exc
+                # a generator that raised is finished: go on with the rest
+                built = compile_regexes([ir.lexemes[n] for n in pending[i + 1:]], max_states=max_states)
+            except GrammarError as exc:
+                raise GrammarError(f"lexeme {name!r}: {exc.message}", exc.line, exc.column,
+                                   exc.source or ir.source) from exc
+        if not too_big:
+            return ir, dfas
+        try:
+            ir, pending = split_lexemes(ir, too_big)
+        except CompileLimitError as exc:
+            name, first = next(iter(too_big.items()))
+            raise CompileLimitError(f"lexeme {name!r}: {first}; {exc}") from None
+    raise CompileLimitError(f"lexemes still too big after {MAX_SPLIT_ROUNDS} rounds of splitting: "
+                            f"{', '.join(too_big)}")
 
 
 def _compile_regex(rx: Regex, max_states: int, native: bool | None = None,

@@ -22,6 +22,7 @@ import itertools
 
 from ..errors import GrammarError
 from ..grammar.ir import GrammarIR, productive_symbols
+from ..grammar.split import glued_items
 
 END = -1  # item_next value of a completed item
 _EMPTY: frozenset = frozenset()
@@ -162,6 +163,10 @@ class ParserTables:
             self.item_lhs.append(nt_index[lhs])
             self.item_rule.append(r)
         self.accept_item = self.rule_first[0] + 1
+        # positions inside a lexeme split into rules (see grammar.split): no ignored lexeme
+        # starts there, and none resumes a parse there
+        self.glued = [g for per_rule in glued_items(ir, rules) for g in per_rule]
+        self.any_glued = any(self.glued)
         # items with the same left-hand side and the same symbols left to match have the same
         # future from the same origin (``S -> "," . v`` and ``S -> S "," . v``): signatures
         # name items by this class, so contexts that differ only there share their caches
@@ -171,7 +176,8 @@ class ParserTables:
             end = i
             while self.item_next[end] != END:
                 end += 1
-            key = (self.item_lhs[i], tuple(self.item_next[i:end])) if i != self.accept_item else "accept"
+            key = ((self.item_lhs[i], tuple(self.item_next[i:end]), self.glued[i])
+                   if i != self.accept_item else "accept")
             self.item_class.append(classes.setdefault(key, len(classes)))
         # what a set's future depends on: items still waiting for something, and acceptance
         self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
@@ -319,12 +325,16 @@ class ParserTables:
         roots: set = set()
         item_next, item_lhs, nullable = self.item_next, self.item_lhs, self.nullable
         N = self.n_nonterminals
+        glued = self.glued if self.any_glued else None
+        boundary = False  # an item outside split lexemes: ignored lexemes may start here
         while agenda:
             entry = agenda.pop()
             if entry in items:
                 continue
             items.add(entry)
             it, origin = entry
+            if glued is None or not glued[it]:
+                boundary = True
             sym = item_next[it]
             if sym == END:
                 if origin >= len(chart):  # only the start item, completed at position 0
@@ -344,7 +354,8 @@ class ParserTables:
             here = frozenset((j,))
             started = [s - N for s in roots if s >= N]
             started.extend(lexemes)
-            started.extend(self.ignore_lexemes)
+            if boundary:
+                started.extend(self.ignore_lexemes)
             for k in started:
                 key = (k, 0)
                 prev = scans.get(key)
@@ -379,8 +390,12 @@ class ParserTables:
         advances (Earley's completer), or, for an ignored lexeme, the items of the sets where
         it started (the parse resumes as if it were not there)."""
         if self.is_ignore[lexeme]:
+            glued = self.glued
             for o in origins:
-                agenda.extend(chart[o].items)
+                if self.any_glued:
+                    agenda.extend(e for e in chart[o].items if not glued[e[0]])
+                else:
+                    agenda.extend(chart[o].items)
         else:
             sym = self.n_nonterminals + lexeme
             for o in origins:

@@ -133,6 +133,9 @@ class LatticeParser:
         starts = set(t.rule_first[1:])
         self._carried = frozenset(i for i, nxt in enumerate(t.item_next)
                                   if i not in starts and (nxt != END or i == t.accept_item))
+        # over ignored text: not the items inside a lexeme split into rules (grammar.split)
+        self._resumed = self._carried.difference(i for i, g in enumerate(t.glued) if g)
+        self._glued = t.glued
         start = PositionSet(False, shortest)
         self.sets.append(start)
         self._close(start, 0, [("i", t.rules_of[0][0], 0, ("P",))])
@@ -207,7 +210,7 @@ class LatticeParser:
         item_next, item_lhs, N = self._item_next, self._item_lhs, self._N
         is_ignore, accept = self._is_ignore, self._accept
         items, waiting, done, scans = here.items, here.waiting, here.done, here.scans
-        carried = self._carried
+        carried, glued = self._resumed, self._glued
         push, pop = agenda.append, agenda.pop
         work = 0
         while agenda:
@@ -220,7 +223,7 @@ class LatticeParser:
                 if key in items:
                     continue
                 items[key] = how
-                if not here.boundary:  # items here: a lexeme ended, so ignored text may start
+                if not here.boundary and not glued[i]:  # a lexeme ended: ignored text may start
                     here.boundary = True
                     for k in self._ignore:
                         push(("s", k, 0, q, ("S",)))
@@ -284,7 +287,7 @@ class LatticeParser:
         item_next, item_lhs, N = self._item_next, self._item_lhs, self._N
         is_ignore, accept = self._is_ignore, self._accept
         items, waiting, done, scans = here.items, here.waiting, here.done, here.scans
-        carried = self._carried
+        carried, glued = self._resumed, self._glued
         costs = here.costs
         buckets: list[list] = []
         low = [0]  # no bucket below this one holds anything
@@ -316,7 +319,7 @@ class LatticeParser:
                     continue
                 items[key] = how
                 costs[("i", i, o)] = c
-                if not here.boundary:  # items here: a lexeme ended, so ignored text may start
+                if not here.boundary and not glued[i]:  # a lexeme ended: ignored text may start
                     here.boundary = True
                     for k in self._ignore:
                         push(("s", k, 0, q, ("S",)), 0)

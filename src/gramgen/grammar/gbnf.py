@@ -25,11 +25,13 @@ import re
 from ..errors import GrammarError, position_to_line_col
 from .ir import MAX_CODEPOINT, CharRanges, GrammarIR, Regex, Rule, normalize_ranges
 from .simplify import collapse_regular, seq
+from .split import CountedRules
 
 __all__ = ["gbnf_to_ir", "MAX_REPETITION"]
 
-#: Bound on ``{m,n}`` counts (as llama.cpp's), so a typo cannot make a huge grammar.
-MAX_REPETITION = 2000
+#: Bound on ``{m,n}`` counts. Counts cost O(log n) rules (llama.cpp, which unrolls them,
+#: stops at 2,000); this only keeps a typo from asking for a text no model will write.
+MAX_REPETITION = 1_000_000
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 _DIGITS = frozenset("0123456789")
@@ -309,7 +311,7 @@ class _Parser:
         return name
 
     def repeat(self, rule: str, item: Body, lo: int, hi: int | None) -> Body:
-        """``item{lo,hi}``: ``*``/``+`` as left recursion, bounded tails as a ``?`` chain."""
+        """``item{lo,hi}``: ``*``/``+`` as left recursion, counts in O(log n) rules."""
         if not item or hi == 0:
             return ()
         x = item[0] if len(item) == 1 else self.helper(rule, [item])
@@ -319,10 +321,7 @@ class _Parser:
             if lo == 0:
                 return (star,)
             return (x,) * lo + (star,)
-        tail: str | None = None  # tail_k -> ε | x tail_(k-1): 0..k copies, unambiguous
-        for _ in range(hi - lo):
-            tail = self.helper(rule, [(), (x, tail) if tail else (x,)])
-        return (x,) * lo + ((tail,) if tail else ())
+        return CountedRules(lambda alts: self.helper(rule, list(alts))).between(x, lo, hi)
 
     def to_ir(self, start: str) -> GrammarIR:
         for name, at in self.refs:

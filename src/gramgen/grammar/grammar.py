@@ -73,7 +73,7 @@ class Grammar:
             if isinstance(flags, bool) or not isinstance(flags, (int, str)):
                 raise ConfigurationError(f"flags must be an re flag int or a string of flag letters, "
                                          f"not {type(flags).__name__}")
-            rx = parse_regex(pattern, flags, source=source)
+            rx = parse_regex(pattern, flags, source=source, max_expanded=None)
         else:
             raise ConfigurationError(f"flavor must be 'python' or 'ecma', not {flavor!r}")
         ir = GrammarIR(rules=[Rule("start", ("REGEX",))], lexemes={"REGEX": rx},

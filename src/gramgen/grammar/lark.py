@@ -170,8 +170,8 @@ def _pattern_regex(term, text: str, source: str) -> Regex:
             if not flags:
                 return literal(pattern.value)
             # case-insensitive strings match as lark does: re's IGNORECASE on the escaped text
-            return parse_regex(re.escape(pattern.value), flags, source=source)
-        return parse_regex(pattern.value, flags, source=source)
+            return parse_regex(re.escape(pattern.value), flags, source=source, max_expanded=None)
+        return parse_regex(pattern.value, flags, source=source, max_expanded=None)
     except GrammarError as exc:
         pos = _find_terminal(text, term.name, getattr(pattern, "raw", None))
         raise _located(f"terminal {term.name}: {exc.message}", text, pos, source) from None

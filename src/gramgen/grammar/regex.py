@@ -60,7 +60,7 @@ _ABSENT = object()
 
 def parse_regex(pattern: str, flags: int | str = 0, *, source: str | None = None,
                 anchor_markers: tuple[int, int] | None = None,
-                case_folding: str = "python") -> Regex:
+                case_folding: str = "python", max_expanded: int | None = MAX_EXPANDED_SIZE) -> Regex:
     """The lexeme AST matching exactly what ``re.fullmatch(pattern, s, flags)`` matches.
 
     ``flags`` is an ``re`` flag int or Lark-style letters (``"imsxua"``). Errors carry the
@@ -77,6 +77,11 @@ def parse_regex(pattern: str, flags: int | str = 0, *, source: str | None = None
     ``case_folding="simple"``: IGNORECASE means ECMA-262's with the ``u`` flag (two
     characters match when their Unicode simple case foldings are equal; a negated class
     is negated after folding) instead of Python's.
+
+    ``max_expanded``: the most character positions the pattern may have once its counted
+    repeats are expanded (CompileLimitError beyond); None for no limit, where the caller
+    compiles the result as a lexeme (a lexeme too big for one DFA becomes rules, see
+    :mod:`gramgen.grammar.split`) instead of expanding it into a code-point automaton.
     """
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be str, not {type(pattern).__name__}")
@@ -89,7 +94,7 @@ def parse_regex(pattern: str, flags: int | str = 0, *, source: str | None = None
         raise _error("regex is nested too deeply", pattern, 0, source) from None
     except Exception as e:  # OverflowError, ValueError: the parser's other complaints
         raise _error(f"invalid regex: {e}", pattern, 0, source) from None
-    conv = _Converter(pattern, source, tree.state.flags, anchor_markers, case_folding == "simple")
+    conv = _Converter(pattern, source, tree.state.flags, anchor_markers, case_folding == "simple", max_expanded)
     try:
         rx, _ = conv.seq(list(tree), tree.state.flags, True, True)
     except RecursionError:
@@ -357,14 +362,22 @@ class _Converter:
     """Walks the sre parse tree; tracks which anchors are provably at an end."""
 
     def __init__(self, pattern: str, source: str | None, flags: int,
-                 anchor_markers: tuple[int, int] | None = None, simple_folding: bool = False):
+                 anchor_markers: tuple[int, int] | None = None, simple_folding: bool = False,
+                 max_expanded: int | None = MAX_EXPANDED_SIZE):
         self.pattern = pattern
+        self.max_expanded = max_expanded
         self.simple_folding = simple_folding
         self.markers = anchor_markers
         self.source = source
         self.verbose = bool(flags & re.X)
         self.seen: dict[str, int] = defaultdict(int)
         self._positions: dict[str, list[int]] | None = None
+
+    def check_size(self, size: int) -> None:
+        if self.max_expanded is not None and size > self.max_expanded:
+            raise CompileLimitError(
+                f"regex expands to {size} character positions after counted repeats, "
+                f"more than {self.max_expanded}")
 
     def fail(self, kind: str, message: str) -> GrammarError:
         if self._positions is None:
@@ -389,7 +402,7 @@ class _Converter:
             size += n
             empty = empty or rx == NOTHING
             parts.extend(rx.items if isinstance(rx, Seq) else (rx,))
-        _check_size(size)
+        self.check_size(size)
         if empty:
             return NOTHING, size
         return (parts[0] if len(parts) == 1 else Seq(tuple(parts))), size
@@ -415,7 +428,7 @@ class _Converter:
                 rx, n = self.seq(list(branch), flags, at_start, at_end)
                 alts.append(rx)
                 size += n
-            _check_size(size)
+            self.check_size(size)
             return (alts[0] if len(alts) == 1 else Alt(tuple(alts))), size
         if op is _c.SUBPATTERN:
             _group, add, delete, sub = av
@@ -426,7 +439,7 @@ class _Converter:
             inner = hi is not None and hi <= 1
             rx, n = self.seq(list(sub), flags, at_start and inner, at_end and inner)
             size = n * (hi if hi is not None else lo + 1)
-            _check_size(size)
+            self.check_size(size)
             return _repeat(rx, lo, hi), size
         if op is _c.AT:
             return self.anchor(av, flags, at_start, at_end), 0
@@ -530,11 +543,6 @@ def _repeat(rx: Regex, lo: int, hi: int | None) -> Regex:
     return Repeat(rx, lo, hi)
 
 
-def _check_size(size: int) -> None:
-    if size > MAX_EXPANDED_SIZE:
-        raise CompileLimitError(
-            f"regex expands to {size} character positions after counted repeats, "
-            f"more than MAX_EXPANDED_SIZE={MAX_EXPANDED_SIZE}")
 
 
 # ------------------------------------------------------------------ ECMA-262 flavour

@@ -11,7 +11,7 @@ from .._lru import LRU
 from ..automata import bitmask
 from ..automata.alphabet import TokenFilter, language_bytes
 from ..automata.bitmask import set_bits
-from ..automata.dfa import canonical_form, compile_regexes, probe_bytes
+from ..automata.dfa import canonical_form, compile_lexemes, probe_bytes
 from ..automata.earley import Interner, ParserTables
 from ..automata import lexeme_tokens as _lexeme_tokens
 from ..automata.lexeme_tokens import (LexemeTokens, chain_memo, classify_tokens, classify_tokens_excepted,
@@ -19,7 +19,7 @@ from ..automata.lexeme_tokens import (LexemeTokens, chain_memo, classify_tokens,
 from ..automata.lexer_automaton import LexerAutomaton
 from ..automata.token_table import TokenTable, token_table_for
 from ..automata.vocabulary import Vocabulary
-from ..errors import ConfigurationError, GrammarError
+from ..errors import ConfigurationError
 from ..grammar.grammar import Grammar
 from .document import Document
 from .indenter import IndentedMatcher
@@ -70,16 +70,10 @@ class CompiledGrammar:
         self.grammar = grammar
         self.vocab = vocab
         self.options = options
-        ir = grammar.ir
-        dfas = {}
-        built = compile_regexes(ir.lexemes.values(), max_states=options.max_dfa_states)
-        for name in ir.lexemes:
-            try:
-                dfas[name] = next(built)
-            except GrammarError as exc:
-                raise GrammarError(f"lexeme {name!r}: {exc.message}", exc.line, exc.column,
-                                   exc.source or ir.source) from exc
-        self.tables = ParserTables(ir, dfas)
+        #: the grammar the parser runs: ``grammar.ir``, with lexemes too big for one DFA
+        #: rewritten as rules over smaller ones (see :func:`~gramgen.automata.dfa.compile_lexemes`)
+        self.ir, dfas = compile_lexemes(grammar.ir, max_states=options.max_dfa_states)
+        self.tables = ParserTables(self.ir, dfas)
         self.token_table: TokenTable = token_table_for(vocab)
         self._first_sizes = np.diff(self.token_table.first_start)  # tokens per first byte
         self.vocab_size = vocab.size

@@ -31,6 +31,7 @@ import gramgen.grammar.json_schema.strings as strings
 from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
 from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
+from ..split import CountedRules
 from ..sources import read_schema
 from .keywords import check_document
 from .layout import Layout
@@ -1262,7 +1263,10 @@ class SchemaCompiler:
         counted = contains is not None and not (min_c == 0 and max_c is None)
         cap = max(min_c, max_c or 0) if counted else 0
         last = hi if hi is not None else max(len(prefix), lo, 1)
-        if last * (cap + 1) > MAX_UNROLL * 4 or last > MAX_UNROLL:
+        # without a contains count, the items past the prefix (and past the first) are all
+        # alike: their number is counted by O(log n) rules from position `tail_at` on
+        tail_at = None if counted else max(len(prefix), 1)
+        if tail_at is None and (last * (cap + 1) > MAX_UNROLL * 4 or last > MAX_UNROLL):
             raise CompileLimitError(f"array bounds need {last} x {cap + 1} states (limit {MAX_UNROLL})")
         open_, lead, comma, close, close_empty = self.container("[", "]")
         names: dict[tuple[int, int], str] = {}
@@ -1279,6 +1283,9 @@ class SchemaCompiler:
         while todo:
             i, c = todo.pop()
             s = names[(i, c)]
+            if i == tail_at and (hi is None or i < hi):
+                self._array_tail(s, item_options(i), comma, close, max(lo - i, 0), None if hi is None else hi - i)
+                continue
             if i >= lo and c >= min_c:
                 self.rule(s, close if i else close_empty)
             if hi is not None and i >= hi:
@@ -1293,6 +1300,27 @@ class SchemaCompiler:
                     c2 = min(c2, cap)
                 self.rule(s, *self.item(i == 0, lead, comma, sym, state(nxt_i, c2)))
         return [top]
+
+    def _array_tail(self, state: str, options: list[tuple[str, int]], comma: str, close: str,
+                    lo: int, hi: int | None) -> None:
+        """``state -> (comma item){lo,hi} close``: the items past the first and the prefix,
+        counted in O(log n) rules (``hi=None``: unbounded)."""
+        def make(alternatives) -> str:
+            name = self.fresh("arr")
+            for body in alternatives:
+                self.rule(name, *body)
+            return name
+
+        unit = make([(comma, sym) for sym, _ in options])
+        counted = CountedRules(make)
+        if hi is None:
+            star = self.fresh("arr")
+            self.rule(star)
+            self.rule(star, star, unit)
+            body = counted.power(unit, lo) + (star,)
+        else:
+            body = counted.between(unit, lo, hi)
+        self.rule(state, *body, close)
 
     # ---- objects
 
