@@ -198,6 +198,7 @@ def test_counted_repeat_costs_log_rules_and_items():
 
 IGNORING = [
     'start: X (";" X)*\nX: /(ab){2,40}c/\n%ignore " "',
+    'start: X (";" X)*\nX: /(ab){2,40}/\n%ignore " "',  # X may end where it may go on
     'start: item+\nitem: WORD | NUM\nWORD: /[a-z]{3,30}/\nNUM: /[0-9]{1,20}(\\.[0-9]{2,25})?/\n%ignore /[ \\n]+/',
 ]
 
@@ -234,7 +235,7 @@ def test_ignored_lexemes_never_come_inside_a_split_lexeme(source):
 @pytest.mark.parametrize("tname", ["llama2"])
 def test_split_masks_with_ignored_lexemes_equal_brute_force(tname):
     vocab = vocabulary(tname)
-    grammar = gramgen.Grammar.from_lark(IGNORING[1])
+    grammar = gramgen.Grammar.from_lark(IGNORING[2])
     cg = gramgen.compile(grammar, vocab, max_dfa_states=9)
     ref = ReferenceGrammar(grammar.ir)
     rng = random.Random(tname)
@@ -270,3 +271,35 @@ def test_gbnf_counts_cost_log_rules():
     assert not accepts(cg, "()()") and not accepts(cg, "()()(())")
     small = gramgen.compile(gramgen.Grammar.from_gbnf('root ::= item{3,999}\nitem ::= "(" root? ")"'), BYTES)
     assert accepts(small, "()" * 999) and not accepts(small, "()" * 1000)
+
+
+def test_infilling_keeps_ignored_lexemes_out_of_split_lexemes():
+    """The lattice parser (Infiller) resumes no parse inside a split lexeme after ignored
+    text either: feasibility of texts with holes equals trying every filling."""
+    grammar = gramgen.Grammar.from_lark(IGNORING[1])
+    cg = gramgen.compile(grammar, BYTES, max_dfa_states=9)
+    infiller = gramgen.Infiller(cg)
+    ref = ReferenceGrammar(grammar.ir)
+    alphabet = b"abc; "
+    fillings = [bytes(p) for n in range(3) for p in itertools.product(alphabet, repeat=n)]
+
+    def viable_word(data: bytes) -> bool:
+        chart = ref.run(data)
+        return chart is not None and ref.accepting(chart)
+
+    rng = random.Random(7)
+    seen_feasible = seen_infeasible = 0
+    for _ in range(120):
+        text = bytes(rng.choice(alphabet) for _ in range(rng.randint(4, 16)))
+        if rng.random() < 0.6:
+            text = b"ab" * rng.randint(1, 4) + bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 3))) \
+                + b"abab" + b"c" * rng.randint(0, 1)
+        i = rng.randint(0, len(text))
+        j = rng.randint(i, len(text))
+        left, right = text[:i], text[j:]
+        expected = any(viable_word(left + f + right) for f in fillings)
+        got = infiller.check([left, gramgen.Hole(max_bytes=2), right]).feasible
+        assert got == expected, (left, right)
+        seen_feasible += expected
+        seen_infeasible += not expected
+    assert seen_feasible >= 10 and seen_infeasible >= 10
