@@ -25,8 +25,10 @@ class CompileOptions:
         time only when the lexemes have at most
         :attr:`CompiledGrammar.AUTO_PRECOMPUTE_STATES` DFA states in all (JSON has 56).
     max_dfa_states : int, default 10_000
-        The most states the DFA of one lexeme may have (at least 1); a lexeme that needs
-        more raises :class:`~gramgen.CompileLimitError`.
+        The most states the DFA of one lexeme may have (at least 1). A lexeme that needs
+        more is rewritten as rules over smaller lexemes with the same language
+        (:mod:`gramgen.grammar.split`); one that cannot be split (an ignored lexeme, a
+        single character class) raises :class:`~gramgen.CompileLimitError`.
     mask_cache_size : int, default 4096
         How many masks one compiled grammar keeps, keyed by parser state, least recently
         used out first (0 keeps none). The same bound applies to its cached exit walks,
@@ -77,7 +79,8 @@ def compile(grammar: Grammar, vocab, options: CompileOptions | None = None, *,
     Raises :class:`~gramgen.errors.ConfigurationError` when ``grammar`` is not a
     :class:`~gramgen.Grammar`, ``vocab`` not a :class:`~gramgen.Vocabulary`, ``options``
     not a :class:`CompileOptions` or an option value is invalid, :class:`~gramgen.GrammarError` when a lexeme cannot be compiled and
-    :class:`~gramgen.CompileLimitError` when its DFA exceeds ``max_dfa_states``.
+    :class:`~gramgen.CompileLimitError` when a lexeme's DFA exceeds ``max_dfa_states`` and
+    it cannot be split into rules.
     """
     if not isinstance(grammar, Grammar):
         raise ConfigurationError(f"compile() expects a gramgen.Grammar, not {type(grammar).__name__}")
