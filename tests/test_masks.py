@@ -650,14 +650,14 @@ def test_neighbour_classification_equals_full(monkeypatch, tokenizer):
     """A lexeme state classified from a recently classified state of its own lexeme, or
     of another lexeme with the same followers (the tokens no longer than the depth to
     which the two agree keep that state's classes, the longer ones are walked,
-    ``CompiledGrammar._classify_near``), must get exactly the classes of a full
+    ``TokenClasses._classify_near``), must get exactly the classes of a full
     classification: on every state reached along random forward walks through each
     lexeme (one lexeme after another, and all of them in turn, as a generation
     interleaves them) and on every state in numbering order. Both reuses must happen.
     (The exception path, which classifies string bodies and keys before any neighbour is
     looked for, is off here: it has its own test.)"""
     from gramgen.automata import lexeme_tokens
-    from gramgen.runtime import compiled as compiled_module
+    from gramgen.automata import token_classes as classes_module
 
     monkeypatch.setattr(lexeme_tokens, "EXCEPTED", False)
 
@@ -674,17 +674,17 @@ def test_neighbour_classification_equals_full(monkeypatch, tokenizer):
                    "orientation": {"type": "string"}, "origin": {"type": "integer"}, "title": {"type": "string"},
                    "tags": {"type": "array", "items": {"type": "string"}}},
                    "additionalProperties": {"type": "number"}}, whitespace="flexible")]
-    original_from = compiled_module.classify_tokens_from
+    original_from = classes_module.classify_tokens_from
 
     def counted_from(*args):
         used["pair"] += 1
         return original_from(*args)
 
-    compiled_module.classify_tokens_from = counted_from
+    classes_module.classify_tokens_from = counted_from
     try:
         _compare_neighbour_classes(schemas, vocab, rng, used)
     finally:
-        compiled_module.classify_tokens_from = original_from
+        classes_module.classify_tokens_from = original_from
     assert used["same"] >= 50 and used["other"] >= 1 and used["pair"] >= 5, used
 
 
@@ -692,16 +692,16 @@ def _compare_neighbour_classes(schemas, vocab, rng, used):
     for g in schemas:
         near = gramgen.compile(g, vocab, precompute=False)
         full = gramgen.compile(g, vocab, precompute=False)
-        full.NEIGHBOR_SHARE = -1.0  # never
-        full.PAIR_WALK = False
-        original = near._classify_near
+        full.classes.NEIGHBOR_SHARE = -1.0  # never
+        full.classes.PAIR_WALK = False
+        original = near.classes._classify_near
 
         def counted(lexeme, state, tokens, depth, near=near, original=original):
-            source = next(k for k, lt in near._lexeme_tokens.items() if lt is tokens)
+            source = next(k for k, lt in near.classes._lexeme_tokens.items() if lt is tokens)
             used["same" if source[0] == lexeme else "other"] += 1
             return original(lexeme, state, tokens, depth)
 
-        near._classify_near = counted
+        near.classes._classify_near = counted
         walks = []
         for k, dfa in enumerate(near.tables.lex_dfas):
             for _ in range(3):  # forward walks, as a generation visits a string body
@@ -773,7 +773,7 @@ def test_canonical_form_names_equal_futures():
 @pytest.mark.parametrize("tokenizer", ["llama3", "gpt2"])
 def test_shared_classes_equal_full(monkeypatch, tokenizer):
     """Classes shared between grammars compiled for one vocabulary (keyed by a state's
-    future and follow bytes, ``CompiledGrammar._classify``) equal a full classification
+    future and follow bytes, ``TokenClasses._classify``) equal a full classification
     of each state that takes them, in other lexemes and other grammars; and a grammar
     whose states had exits dropped at precompute shares none of its classes."""
     vocab = vocabulary(tokenizer)
@@ -800,9 +800,9 @@ def test_shared_classes_equal_full(monkeypatch, tokenizer):
         g = gramgen.Grammar.from_json_schema(schema, whitespace="flexible")
         shared = gramgen.compile(g, vocab, precompute=False)
         full = gramgen.compile(g, vocab, precompute=False)
-        full.SHARED_STATES = 0
-        full.NEIGHBOR_SHARE = -1.0
-        full.PAIR_WALK = False
+        full.classes.SHARED_STATES = 0
+        full.classes.NEIGHBOR_SHARE = -1.0
+        full.classes.PAIR_WALK = False
         for k, dfa in enumerate(shared.tables.lex_dfas):
             for q in range(dfa.n_states):
                 a, b = shared.lexeme_tokens(k, q), full.lexeme_tokens(k, q)
@@ -978,8 +978,8 @@ def test_inside_neighbour_masks_equal_full(tokenizer):
     fast = gramgen.compile(g, vocab)
     slow = gramgen.compile(g, vocab)
     slow.INSIDE_NEIGHBORS = 0
-    slow.PAIR_WALK = False
-    slow.NEIGHBOR_SHARE = -1.0
+    slow.classes.PAIR_WALK = False
+    slow.classes.NEIGHBOR_SHARE = -1.0
     reused = [0]
     original = matcher_module.Matcher._neighbour_words
 

@@ -325,16 +325,12 @@ class ParserTables:
         roots: set = set()
         item_next, item_lhs, nullable = self.item_next, self.item_lhs, self.nullable
         N = self.n_nonterminals
-        glued = self.glued if self.any_glued else None
-        boundary = False  # an item outside split lexemes: ignored lexemes may start here
         while agenda:
             entry = agenda.pop()
             if entry in items:
                 continue
             items.add(entry)
             it, origin = entry
-            if glued is None or not glued[it]:
-                boundary = True
             sym = item_next[it]
             if sym == END:
                 if origin >= len(chart):  # only the start item, completed at position 0
@@ -354,7 +350,8 @@ class ParserTables:
             here = frozenset((j,))
             started = [s - N for s in roots if s >= N]
             started.extend(lexemes)
-            if boundary:
+            if self.ignore_lexemes and (not self.any_glued or not all(self.glued[it] for it, _ in items)):
+                # (ignored lexemes start where an item outside split lexemes is)
                 started.extend(self.ignore_lexemes)
             for k in started:
                 key = (k, 0)

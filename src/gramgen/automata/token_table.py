@@ -78,7 +78,7 @@ class TokenTable:
         self.n_longer = (len(ids) - np.cumsum(np.bincount(lengths, minlength=self.max_len + 1))).astype(np.int64)
         self._longer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         #: lexeme-state classes shared by every grammar compiled for this vocabulary
-        #: (``CompiledGrammar._classify``), keyed by the state's future and follow bytes
+        #: (``TokenClasses._classify``), keyed by the state's future and follow bytes
         self.shared_classes: SizedLRU = SizedLRU(64 << 20, lambda lt: lt.inside.nbytes + lt.exits.nbytes)
         #: by token id, its length (tokens left out: longer than any depth)
         self._id_lengths = np.full(self.vocab_size, np.iinfo(np.int64).max, dtype=np.int64)

@@ -413,7 +413,7 @@ class Matcher:
 
     def _compute_words(self, cur) -> np.ndarray:
         cg = self._cg
-        classes = [cg.lexeme_tokens(k, q) for k, q in cur.scans]
+        classes = [cg.classes.lexeme_tokens(k, q) for k, q in cur.scans]
         if cur.items or not cg.INSIDE_NEIGHBORS or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
             return self._full_words(cur, classes)
         found = self._inside_context(cur)
@@ -462,12 +462,12 @@ class Matcher:
             d = tt.max_len
             for (k, _), q1, q2 in zip(context, prev, states):
                 if q1 != q2:
-                    d = min(d, cg.agreement(k, q1, k, q2))
+                    d = min(d, cg.classes.agreement(k, q1, k, q2))
                     if d <= best:
                         break
             if d > best:
                 best, near = d, words
-        if near is None or tt.n_longer[min(best, tt.max_len)] > cg.NEIGHBOR_SHARE * len(tt.sorted_bytes):
+        if near is None or tt.n_longer[min(best, tt.max_len)] > cg.classes.NEIGHBOR_SHARE * len(tt.sorted_bytes):
             return None
         long, short_ids, short_ranks = tt.longer_than(best)
         words = near & short_ids
@@ -540,7 +540,7 @@ class Matcher:
             if entry is None:
                 if exiting is None:
                     exiting = [(k, origins) for (k, q), origins in chart[j].scans.items()
-                               if cg.lexeme_tokens(k, q).n_exits]
+                               if cg.classes.lexeme_tokens(k, q).n_exits]
                 view, reads = tracked_view(chart, j, depth)
                 try:
                     reaches = any(self._tables.completes_within(view, reads, k, origins) for k, origins in exiting)
