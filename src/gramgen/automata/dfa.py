@@ -289,8 +289,8 @@ def compile_lexemes(ir: GrammarIR, *, max_states: int = 10_000) -> tuple[Grammar
     that lexeme rewritten as rules over smaller ones (:func:`gramgen.grammar.split.split_lexemes`).
 
     Raises :class:`GrammarError` naming a lexeme that cannot be compiled, and
-    :class:`CompileLimitError` when a too-big lexeme cannot be split (a grammar with
-    ignored lexemes, a single character class)."""
+    :class:`CompileLimitError` when a too-big lexeme cannot be split (an ignored lexeme,
+    a single character class)."""
     dfas: dict[str, ByteDFA] = {}
     pending = list(ir.lexemes)
     for _ in range(MAX_SPLIT_ROUNDS):

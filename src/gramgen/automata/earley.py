@@ -387,11 +387,12 @@ class ParserTables:
         advances (Earley's completer), or, for an ignored lexeme, the items of the sets where
         it started (the parse resumes as if it were not there)."""
         if self.is_ignore[lexeme]:
-            glued = self.glued
-            for o in origins:
-                if self.any_glued:
+            if self.any_glued:  # (no parse resumes inside a split lexeme)
+                glued = self.glued
+                for o in origins:
                     agenda.extend(e for e in chart[o].items if not glued[e[0]])
-                else:
+            else:
+                for o in origins:
                     agenda.extend(chart[o].items)
         else:
             sym = self.n_nonterminals + lexeme

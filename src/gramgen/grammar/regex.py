@@ -543,8 +543,6 @@ def _repeat(rx: Regex, lo: int, hi: int | None) -> Regex:
     return Repeat(rx, lo, hi)
 
 
-
-
 # ------------------------------------------------------------------ ECMA-262 flavour
 #
 # ECMA-262 patterns (with the u flag, as JSON Schema and ``from_regex(flavor="ecma")`` read

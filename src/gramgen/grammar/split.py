@@ -45,7 +45,7 @@ def split_lexemes(ir: GrammarIR, names) -> tuple[GrammarIR, list[str]]:
 
     Each call splits one level of the regex, so the new lexemes are strictly smaller; a
     caller whose new lexemes are still too big calls it again on those. Raises
-    :class:`~gramgen.CompileLimitError` for a grammar with ``ignore`` lexemes and for a
+    :class:`~gramgen.CompileLimitError` for an ignored lexeme (``ir.ignore``) and for a
     lexeme that is a single character class (nothing to split)."""
     names = list(names)
     ignored = [n for n in names if n in ir.ignore]
@@ -242,7 +242,7 @@ class _Splitter:
             self.rules += [Rule(star, ()), Rule(star, (star, unit))]
             return self._exactly(x, lo) + (star,)
         # chunks of k copies: k < hi, so every lexeme made here is smaller than rx
-        k = max(1, min(self.chunk // max(1, self.sizes.expanded(x)), hi // 2))
+        k = self._copies_per_chunk(x, hi)
         out = self._exactly(x, lo, k)
         d = hi - lo
         q, r = divmod(d, k)
@@ -255,12 +255,17 @@ class _Splitter:
         full = self.counted.power(unit, q) + self.piece(_rep(x, 0, r))             # qk .. qk+r copies
         return out + (self.rule((fewer, full)),)
 
+    def _copies_per_chunk(self, x: Regex, count: int) -> int:
+        """Copies of ``x`` per chunk lexeme: as many as the chunk size allows, at most
+        half of ``count`` (each chunk smaller than the repeat it comes from), at least 1."""
+        return max(1, min(self.chunk // max(1, self.sizes.expanded(x)), count // 2))
+
     def _exactly(self, x: Regex, n: int, k: int | None = None) -> tuple[str, ...]:
         """``x{n}`` as chunks of ``k`` copies (default: as many as the chunk allows)."""
         if n == 0:
             return ()
         if k is None:
-            k = max(1, min(self.chunk // max(1, self.sizes.expanded(x)), n // 2 or 1))
+            k = self._copies_per_chunk(x, n)
         q, r = divmod(n, k)
         out = self.counted.power(self.unit(_rep(x, k, k)), q) if q else ()
         return out + (self.piece(_rep(x, r, r)) if r else ())
