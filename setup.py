@@ -10,4 +10,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("gramgen.automata._tokenwalk", ["src/gramgen/automata/_tokenwalk.c"], optional=True),
     Extension("gramgen.automata._dfabuild", ["src/gramgen/automata/_dfabuild.c"], optional=True),
+    Extension("gramgen.automata._earley", ["src/gramgen/automata/_earley.c"], optional=True),
 ])

@@ -19,13 +19,24 @@ the list of references, rolling back truncates it.
 from __future__ import annotations
 
 import itertools
+import os
 
 from ..errors import GrammarError
 from ..grammar.ir import GrammarIR, productive_symbols
 from ..grammar.split import glued_items
 
+try:
+    from . import _earley
+except ImportError:  # pragma: no cover - built wherever a C compiler exists
+    _earley = None
+
 END = -1  # item_next value of a completed item
 _EMPTY: frozenset = frozenset()
+
+#: whether parser tables step with the C recogniser (``_earley``); ``GRAMGEN_NATIVE=0``
+#: turns it off (the Python implementation below is then used, and is the reference the
+#: tests compare the C one with)
+NATIVE = _earley is not None and os.environ.get("GRAMGEN_NATIVE", "1") != "0"
 
 
 class _Reached(Exception):
@@ -119,7 +130,9 @@ class ParserTables:
     Items: ``rule_first[r] + dot``; ``item_next[i]`` is the symbol after the dot or END.
     """
 
-    def __init__(self, ir: GrammarIR, dfas: dict):
+    def __init__(self, ir: GrammarIR, dfas: dict, native: bool | None = None):
+        """``native``: step with the C recogniser (default :data:`NATIVE`); its sets have
+        the same attributes as :class:`EarleySet`."""
         lexeme_names = list(ir.lexemes)
         # ignored lexemes get their own ids: the same DFA, but completing one resumes the
         # parse instead of advancing an item
@@ -192,6 +205,20 @@ class ParserTables:
         self._predictions: dict = {}
         self.follow_lexemes = self._follow_lexemes()
         self.follow_bytes = self._follow_bytes()
+        self.native = None
+        if NATIVE if native is None else native:
+            if _earley is None:
+                raise RuntimeError("gramgen's native recogniser (gramgen.automata._earley) is not built")
+            self.native = _earley.Tables(
+                N, self.item_next, self.item_lhs, self.nullable, self.rules_of,
+                tuple(d.transitions for d in lex_dfas), tuple(d.accepting for d in lex_dfas),
+                self.is_ignore, self.glued, self.accept_item,
+                b"".join(f.to_bytes(32, "little") for f in self.follow_bytes))
+            # the hot entry points go straight to C (instance attributes shadow the methods)
+            self.step = self.native.step
+            self.allowed_bytes = self.native.allowed_bytes
+            self.is_accepting = self.native.is_accepting
+            self.inside_lexemes = self.native.inside_lexemes
 
     def _follow_lexemes(self) -> list[int]:
         """For each lexeme, the set (a bitmask over lexemes) of lexemes that can start right
@@ -314,6 +341,8 @@ class ParserTables:
 
     def initial_set(self) -> EarleySet:
         first = self.rules_of[0][0]
+        if self.native is not None:
+            return self.native.initial_set(first)
         chart: list = []
         s = self._closure(chart, 0, [(first, 0)], {})
         return s
@@ -414,8 +443,11 @@ class ParserTables:
         agenda: list = []
         reads.strict = True  # stop at the first set beyond: the rest of the closure is not needed
         try:
-            self._complete(agenda, view, lexeme, origins)
-            self._closure(view, len(view), agenda, {})
+            if self.native is not None:
+                self.native.complete_closure(view, lexeme, list(origins))
+            else:
+                self._complete(agenda, view, lexeme, origins)
+                self._closure(view, len(view), agenda, {})
         except _Reached:
             return False
         finally:

@@ -587,6 +587,16 @@ class Matcher:
         """
         cg = self._cg
         tt = cg.token_table
+        native = self._tables.native
+        if native is not None:
+            # the same walk in C, byte by byte over the trie (no plans or passes to cache):
+            # it reads the real sets and is told which positions lie beyond the horizon
+            real = list(chart)
+            for idx, _, s in reads.wrapped:
+                real[idx] = s
+            found, beyond, _ = native.walk_exits(real, [idx for idx, _, _ in reads.wrapped],
+                                                 ranks, tt.blob, tt.offsets)
+            return np.frombuffer(found, dtype=np.int32), np.frombuffer(beyond, dtype=np.int32).tolist()
         sorted_bytes = tt.sorted_bytes
         tables = self._tables
         found: list[int] = []

@@ -1,0 +1,1953 @@
+/*
+ * The Earley recogniser's per-byte step in C (see gramgen.automata.earley).
+ *
+ * Same algorithm, same sets, as ParserTables.step / _closure / _complete in earley.py: one
+ * set per byte, kernel items (item, origin) plus scans (lexeme, DFA state) -> origins, the
+ * predicted items shared per set of predicted nonterminals (Aycock-Horspool for nullable
+ * symbols), ignored lexemes resuming the items of the set where they started. Here the
+ * sets hold compact integer arrays:
+ *
+ *   - kernel items as (symbol after the dot, item, origin), sorted, so the completer finds
+ *     the items waiting on a symbol by bisection;
+ *   - the prediction as a pointer into the tables' cache (sorted (symbol, item) pairs);
+ *   - the scans as (lexeme, state, origins) with the origins in one sorted pool.
+ *
+ * Sets are immutable once built (the signature and local signature slots aside, which
+ * callers fill in), so a chart stays a Python list of shared sets: fork copies the list,
+ * rollback truncates it. The Python views that the rest of gramgen reads (items, waiting,
+ * pred, scans as sets / dicts) are made on first access and kept.
+ *
+ * A chart may hold stand-ins for sets (earley._Far, which notes reads beyond a horizon):
+ * any element that is not a Set is asked for its attribute ``_native_self`` (the set it
+ * stands for), so such reads are noticed exactly as in the Python implementation.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define END (-1)
+
+/* ---------------------------------------------------------------------------------------
+ * small containers
+ */
+
+typedef struct {
+    int32_t *a;
+    Py_ssize_t n, cap;
+} IVec;
+
+static int
+ivec_reserve(IVec *v, Py_ssize_t extra)
+{
+    if (v->n + extra <= v->cap)
+        return 0;
+    Py_ssize_t cap = v->cap ? v->cap : 16;
+    while (cap < v->n + extra)
+        cap *= 2;
+    int32_t *a = PyMem_Realloc(v->a, (size_t)cap * sizeof(int32_t));
+    if (!a) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    v->a = a;
+    v->cap = cap;
+    return 0;
+}
+
+static inline int
+ivec_push2(IVec *v, int32_t x, int32_t y)
+{
+    if (v->n + 2 > v->cap && ivec_reserve(v, 2) < 0)
+        return -1;
+    v->a[v->n++] = x;
+    v->a[v->n++] = y;
+    return 0;
+}
+
+static inline int
+ivec_push(IVec *v, int32_t x)
+{
+    if (v->n + 1 > v->cap && ivec_reserve(v, 1) < 0)
+        return -1;
+    v->a[v->n++] = x;
+    return 0;
+}
+
+static void
+ivec_free(IVec *v)
+{
+    PyMem_Free(v->a);
+    v->a = NULL;
+    v->n = v->cap = 0;
+}
+
+/* a set of 64-bit keys, open addressing (the empty slot is ~0) */
+typedef struct {
+    uint64_t *keys;
+    size_t cap, n;
+} HSet;
+
+#define HEMPTY (~(uint64_t)0)
+
+static inline size_t
+hmix(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+
+static int
+hset_grow(HSet *h)
+{
+    size_t cap = h->cap ? h->cap * 2 : 64;
+    uint64_t *keys = PyMem_Malloc(cap * sizeof(uint64_t));
+    if (!keys) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(keys, 0xff, cap * sizeof(uint64_t));
+    for (size_t i = 0; i < h->cap; i++) {
+        uint64_t k = h->keys[i];
+        if (k == HEMPTY)
+            continue;
+        size_t p = hmix(k) & (cap - 1);
+        while (keys[p] != HEMPTY)
+            p = (p + 1) & (cap - 1);
+        keys[p] = k;
+    }
+    PyMem_Free(h->keys);
+    h->keys = keys;
+    h->cap = cap;
+    return 0;
+}
+
+/* 1: added, 0: already there, -1: error */
+static inline int
+hset_add(HSet *h, uint64_t k)
+{
+    if ((h->n + 1) * 2 > h->cap && hset_grow(h) < 0)
+        return -1;
+    size_t mask = h->cap - 1, p = hmix(k) & mask;
+    while (h->keys[p] != HEMPTY) {
+        if (h->keys[p] == k)
+            return 0;
+        p = (p + 1) & mask;
+    }
+    h->keys[p] = k;
+    h->n++;
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * predictions: what predicting a set of nonterminals adds (static, cached in the tables)
+ */
+
+typedef struct {
+    int32_t n_roots, n, n_lex;
+    int32_t *roots;   /* the key: sorted nonterminals */
+    int32_t *sym;     /* n: symbol after the dot, sorted ... */
+    int32_t *item;    /* ... and the predicted item */
+    int32_t *lex;     /* n_lex: lexemes that start here (symbols >= N, minus N) */
+    uint64_t hash;
+    PyObject *py;     /* the dict symbol -> tuple of items, made on first use */
+} Pred;
+
+static uint64_t
+roots_hash(const int32_t *r, int32_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (int32_t i = 0; i < n; i++) {
+        h ^= (uint32_t)r[i];
+        h *= 1099511628211ULL;
+    }
+    return h ^ (uint64_t)n;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * the tables
+ */
+
+typedef struct {
+    int32_t n_states;
+    const int32_t *trans;   /* [n_states * 256]: next state or -1 */
+    const uint8_t *accept;  /* [n_states] */
+    uint64_t *first;        /* [n_states * 4]: bytes defined from each state, lazily */
+    uint8_t *first_known;   /* [n_states] */
+} Lex;
+
+typedef struct {
+    PyObject_HEAD
+    int32_t N, n_items_total, n_lex, n_sym, accept_item, any_glued, n_ignore;
+    int32_t *item_next, *item_lhs;
+    uint8_t *nullable;   /* [n_sym] */
+    uint8_t *glued;      /* [n_items_total] */
+    int32_t *rules_off;  /* [N + 1] */
+    int32_t *rules;      /* first item of each rule, grouped by left-hand side */
+    uint8_t *is_ignore;  /* [n_lex] */
+    int32_t *ignore;     /* [n_ignore] */
+    uint64_t *follow;    /* [n_lex * 4]: bytes that may come right after each lexeme */
+    Lex *lex;
+    Py_buffer *views;    /* 2 per lexeme: transitions and accepting */
+    int32_t n_views;
+    Pred **ptab;         /* prediction cache, open addressing */
+    size_t pcap, pcount;
+    struct PassEntry **pass_tab;   /* lexeme passes of big token groups (see cached_pass) */
+    size_t pass_cap, pass_count, pass_ints;
+} Tables;
+
+typedef struct {
+    int32_t sym, it, origin;
+} KItem;
+
+typedef struct {
+    int32_t lexeme, state, off, n;
+} Scan;
+
+typedef struct {
+    PyObject_HEAD
+    Tables *tables;
+    int32_t n_items, n_scans;
+    KItem *items;       /* sorted by (sym, it, origin) */
+    Scan *scans;
+    int32_t *origins;   /* pool of the scans' origins (each run sorted) */
+    Pred *pred;         /* NULL: nothing predicted here */
+    uint64_t nb[4];
+    int nb_known;
+    PyObject *sig, *local;
+    PyObject *py_items, *py_waiting, *py_scans, *py_nb;
+} Set;
+
+static PyTypeObject TablesType;
+static PyTypeObject SetType;
+static PyObject *str_native_self;
+
+static void
+pred_free(Pred *p)
+{
+    if (!p)
+        return;
+    Py_XDECREF(p->py);
+    PyMem_Free(p->roots);
+    PyMem_Free(p->sym);
+    PyMem_Free(p->item);
+    PyMem_Free(p->lex);
+    PyMem_Free(p);
+}
+
+typedef struct PassEntry {
+    uint64_t hash;
+    int32_t depth, n_states, n_in, n_found, n_kept;
+    int32_t *data;   /* states (2 * n_states), in, found, kept */
+} PassEntry;
+
+static void
+pass_clear(Tables *t)
+{
+    if (t->pass_tab) {
+        for (size_t i = 0; i < t->pass_cap; i++)
+            if (t->pass_tab[i]) {
+                PyMem_Free(t->pass_tab[i]->data);
+                PyMem_Free(t->pass_tab[i]);
+            }
+        PyMem_Free(t->pass_tab);
+    }
+    t->pass_tab = NULL;
+    t->pass_cap = t->pass_count = t->pass_ints = 0;
+}
+
+static void
+tables_dealloc(Tables *t)
+{
+    pass_clear(t);
+    PyMem_Free(t->item_next);
+    PyMem_Free(t->item_lhs);
+    PyMem_Free(t->nullable);
+    PyMem_Free(t->glued);
+    PyMem_Free(t->rules_off);
+    PyMem_Free(t->rules);
+    PyMem_Free(t->is_ignore);
+    PyMem_Free(t->ignore);
+    PyMem_Free(t->follow);
+    if (t->lex) {
+        for (int32_t k = 0; k < t->n_lex; k++) {
+            PyMem_Free(t->lex[k].first);
+            PyMem_Free(t->lex[k].first_known);
+        }
+        PyMem_Free(t->lex);
+    }
+    if (t->views) {
+        for (int32_t i = 0; i < t->n_views; i++)
+            if (t->views[i].obj)
+                PyBuffer_Release(&t->views[i]);
+        PyMem_Free(t->views);
+    }
+    if (t->ptab) {
+        for (size_t i = 0; i < t->pcap; i++)
+            pred_free(t->ptab[i]);
+        PyMem_Free(t->ptab);
+    }
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+/* a list of ints into a fresh int32 array of exactly `n` entries (n < 0: any length) */
+static int32_t *
+int_array(PyObject *seq_o, Py_ssize_t *n_out, const char *what)
+{
+    PyObject *seq = PySequence_Fast(seq_o, what);
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int32_t *a = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!a) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) {
+            PyMem_Free(a);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        a[i] = (int32_t)v;
+    }
+    Py_DECREF(seq);
+    *n_out = n;
+    return a;
+}
+
+static uint8_t *
+bool_array(PyObject *seq_o, Py_ssize_t expect, const char *what)
+{
+    Py_ssize_t n;
+    int32_t *a = int_array(seq_o, &n, what);
+    if (!a)
+        return NULL;
+    if (n != expect) {
+        PyMem_Free(a);
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd entries, got %zd", what, expect, n);
+        return NULL;
+    }
+    uint8_t *b = PyMem_Malloc((size_t)(n ? n : 1));
+    if (!b) {
+        PyMem_Free(a);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        b[i] = a[i] != 0;
+    PyMem_Free(a);
+    return b;
+}
+
+/* Tables(N, item_next, item_lhs, nullable, rules_of, transitions, accepting, is_ignore,
+ *        glued, accept_item, follow): follow holds 32 bytes per lexeme, the little-endian
+ *        bitmask of the bytes that may come right after it (ParserTables.follow_bytes) */
+static PyObject *
+tables_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    int N, accept_item;
+    PyObject *item_next_o, *item_lhs_o, *nullable_o, *rules_of_o, *trans_o, *acc_o, *ignore_o, *glued_o;
+    PyObject *follow_o;
+    if (!PyArg_ParseTuple(args, "iOOOOO!O!OOiO!", &N, &item_next_o, &item_lhs_o, &nullable_o, &rules_of_o,
+                          &PyTuple_Type, &trans_o, &PyTuple_Type, &acc_o, &ignore_o, &glued_o, &accept_item,
+                          &PyBytes_Type, &follow_o))
+        return NULL;
+    Tables *t = (Tables *)type->tp_alloc(type, 0);
+    if (!t)
+        return NULL;
+    Py_ssize_t n_items, n_lhs, n_lex = PyTuple_GET_SIZE(trans_o);
+    t->N = N;
+    t->accept_item = accept_item;
+    if (!(t->item_next = int_array(item_next_o, &n_items, "item_next")))
+        goto fail;
+    if (!(t->item_lhs = int_array(item_lhs_o, &n_lhs, "item_lhs")))
+        goto fail;
+    if (n_lhs != n_items || PyTuple_GET_SIZE(acc_o) != n_lex) {
+        PyErr_SetString(PyExc_ValueError, "tables of different lengths");
+        goto fail;
+    }
+    t->n_items_total = (int32_t)n_items;
+    t->n_lex = (int32_t)n_lex;
+    t->n_sym = N + (int32_t)n_lex;
+    if (!(t->nullable = bool_array(nullable_o, t->n_sym, "nullable")))
+        goto fail;
+    if (!(t->glued = bool_array(glued_o, n_items, "glued")))
+        goto fail;
+    if (!(t->is_ignore = bool_array(ignore_o, n_lex, "is_ignore")))
+        goto fail;
+    for (Py_ssize_t i = 0; i < n_items; i++) {
+        t->any_glued |= t->glued[i];
+        int32_t s = t->item_next[i];
+        if (s < END || s >= t->n_sym || t->item_lhs[i] < 0 || t->item_lhs[i] >= N) {
+            PyErr_SetString(PyExc_ValueError, "item table out of range");
+            goto fail;
+        }
+    }
+    if (accept_item < 0 || accept_item >= n_items) {
+        PyErr_SetString(PyExc_ValueError, "accept_item out of range");
+        goto fail;
+    }
+    t->ignore = PyMem_Malloc((size_t)(n_lex ? n_lex : 1) * sizeof(int32_t));
+    if (!t->ignore) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < n_lex; k++)
+        if (t->is_ignore[k])
+            t->ignore[t->n_ignore++] = (int32_t)k;
+    if (PyBytes_GET_SIZE(follow_o) != 32 * n_lex) {
+        PyErr_SetString(PyExc_ValueError, "follow: 32 bytes per lexeme");
+        goto fail;
+    }
+    t->follow = PyMem_Calloc((size_t)(n_lex ? n_lex : 1) * 4, sizeof(uint64_t));
+    if (!t->follow) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    {
+        const unsigned char *fb = (const unsigned char *)PyBytes_AS_STRING(follow_o);
+        for (Py_ssize_t i = 0; i < 32 * n_lex; i++)
+            t->follow[i / 8] |= (uint64_t)fb[i] << (8 * (i % 8));
+    }
+    /* rules_of: a list (per nonterminal) of lists of first items */
+    {
+        PyObject *seq = PySequence_Fast(rules_of_o, "rules_of");
+        if (!seq)
+            goto fail;
+        if (PySequence_Fast_GET_SIZE(seq) != N) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "rules_of: one list per nonterminal");
+            goto fail;
+        }
+        IVec all = {0};
+        t->rules_off = PyMem_Malloc((size_t)(N + 1) * sizeof(int32_t));
+        if (!t->rules_off) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (int i = 0; i < N; i++) {
+            t->rules_off[i] = (int32_t)all.n;
+            Py_ssize_t m;
+            int32_t *r = int_array(PySequence_Fast_GET_ITEM(seq, i), &m, "rules_of entry");
+            if (!r || ivec_reserve(&all, m) < 0) {
+                PyMem_Free(r);
+                ivec_free(&all);
+                Py_DECREF(seq);
+                goto fail;
+            }
+            for (Py_ssize_t x = 0; x < m; x++) {
+                if (r[x] < 0 || r[x] >= n_items) {
+                    PyMem_Free(r);
+                    ivec_free(&all);
+                    Py_DECREF(seq);
+                    PyErr_SetString(PyExc_ValueError, "rules_of: item out of range");
+                    goto fail;
+                }
+                all.a[all.n++] = r[x];
+            }
+            PyMem_Free(r);
+        }
+        t->rules_off[N] = (int32_t)all.n;
+        Py_DECREF(seq);
+        if (ivec_reserve(&all, 1) < 0)
+            goto fail;
+        t->rules = all.a;
+    }
+    /* lexeme DFAs: int32 [n, 256] transitions, bool [n] accepting (kept alive by views) */
+    t->lex = PyMem_Calloc((size_t)(n_lex ? n_lex : 1), sizeof(Lex));
+    t->views = PyMem_Calloc((size_t)(2 * n_lex + 1), sizeof(Py_buffer));
+    if (!t->lex || !t->views) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < n_lex; k++) {
+        Py_buffer *tv = &t->views[2 * k], *av = &t->views[2 * k + 1];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(trans_o, k), tv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto fail;
+        t->n_views = (int32_t)(2 * k + 1);
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(acc_o, k), av, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto fail;
+        t->n_views = (int32_t)(2 * k + 2);
+        if (tv->itemsize != 4 || tv->len % (256 * 4) || av->itemsize != 1 ||
+            av->len != tv->len / (256 * 4)) {
+            PyErr_SetString(PyExc_ValueError, "a lexeme DFA must be int32 [n, 256] with bool [n] accepting");
+            goto fail;
+        }
+        Lex *L = &t->lex[k];
+        L->n_states = (int32_t)(av->len);
+        L->trans = tv->buf;
+        L->accept = av->buf;
+        L->first = PyMem_Malloc((size_t)(L->n_states ? L->n_states : 1) * 4 * sizeof(uint64_t));
+        L->first_known = PyMem_Calloc((size_t)(L->n_states ? L->n_states : 1), 1);
+        if (!L->first || !L->first_known) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    return (PyObject *)t;
+fail:
+    Py_DECREF(t);
+    return NULL;
+}
+
+static inline const uint64_t *
+first_bytes(Lex *L, int32_t q)
+{
+    uint64_t *f = L->first + 4 * (size_t)q;
+    if (!L->first_known[q]) {
+        const int32_t *row = L->trans + 256 * (size_t)q;
+        f[0] = f[1] = f[2] = f[3] = 0;
+        for (int b = 0; b < 256; b++)
+            if (row[b] >= 0)
+                f[b >> 6] |= (uint64_t)1 << (b & 63);
+        L->first_known[q] = 1;
+    }
+    return f;
+}
+
+static int
+cmp_pair(const void *a, const void *b)
+{
+    const int32_t *x = a, *y = b;
+    if (x[0] != y[0])
+        return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+static int
+cmp_int(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int
+pcache_insert(Tables *t, Pred *p)
+{
+    if ((t->pcount + 1) * 2 > t->pcap) {
+        size_t cap = t->pcap ? t->pcap * 2 : 64;
+        Pred **tab = PyMem_Calloc(cap, sizeof(Pred *));
+        if (!tab) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t i = 0; i < t->pcap; i++) {
+            Pred *q = t->ptab[i];
+            if (!q)
+                continue;
+            size_t s = hmix(q->hash) & (cap - 1);
+            while (tab[s])
+                s = (s + 1) & (cap - 1);
+            tab[s] = q;
+        }
+        PyMem_Free(t->ptab);
+        t->ptab = tab;
+        t->pcap = cap;
+    }
+    size_t s = hmix(p->hash) & (t->pcap - 1);
+    while (t->ptab[s])
+        s = (s + 1) & (t->pcap - 1);
+    t->ptab[s] = p;
+    t->pcount++;
+    return 0;
+}
+
+/* The prediction of the sorted nonterminals roots[0..n): looked up, or made and cached. */
+static Pred *
+prediction(Tables *t, int32_t *roots, int32_t n)
+{
+    uint64_t h = roots_hash(roots, n);
+    if (t->pcap) {
+        size_t s = hmix(h) & (t->pcap - 1);
+        for (Pred *p; (p = t->ptab[s]); s = (s + 1) & (t->pcap - 1))
+            if (p->hash == h && p->n_roots == n && !memcmp(p->roots, roots, (size_t)n * sizeof(int32_t)))
+                return p;
+    }
+    int32_t N = t->N;
+    uint8_t *seen = PyMem_Calloc((size_t)N + (size_t)t->n_items_total + 1, 1);
+    uint8_t *seen_item = seen + N;
+    IVec stack = {0}, items = {0};
+    Pred *p = PyMem_Calloc(1, sizeof(Pred));
+    if (!seen || !p) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        seen[roots[i]] = 1;
+        if (ivec_push(&stack, roots[i]) < 0)
+            goto fail;
+    }
+    while (stack.n) {
+        int32_t nt = stack.a[--stack.n];
+        for (int32_t r = t->rules_off[nt]; r < t->rules_off[nt + 1]; r++) {
+            int32_t i = t->rules[r];
+            for (;;) {
+                int32_t sym = t->item_next[i];
+                if (!seen_item[i]) {
+                    seen_item[i] = 1;
+                    if (sym != END && ivec_push2(&items, sym, i) < 0)
+                        goto fail;
+                }
+                if (sym == END)
+                    break;
+                if (sym < N && !seen[sym]) {
+                    seen[sym] = 1;
+                    if (ivec_push(&stack, sym) < 0)
+                        goto fail;
+                }
+                if (!t->nullable[sym])
+                    break;
+                i++;
+            }
+        }
+    }
+    qsort(items.a, (size_t)(items.n / 2), 2 * sizeof(int32_t), cmp_pair);
+    int32_t m = (int32_t)(items.n / 2);
+    p->n = m;
+    p->n_roots = n;
+    p->hash = h;
+    p->roots = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    p->sym = PyMem_Malloc((size_t)(m ? m : 1) * sizeof(int32_t));
+    p->item = PyMem_Malloc((size_t)(m ? m : 1) * sizeof(int32_t));
+    p->lex = PyMem_Malloc((size_t)(m ? m : 1) * sizeof(int32_t));
+    if (!p->roots || !p->sym || !p->item || !p->lex) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memcpy(p->roots, roots, (size_t)n * sizeof(int32_t));
+    for (int32_t x = 0; x < m; x++) {
+        int32_t sym = items.a[2 * x];
+        p->sym[x] = sym;
+        p->item[x] = items.a[2 * x + 1];
+        if (sym >= N && (x == 0 || items.a[2 * x - 2] != sym))
+            p->lex[p->n_lex++] = sym - N;
+    }
+    if (pcache_insert(t, p) < 0)
+        goto fail;
+    PyMem_Free(seen);
+    ivec_free(&stack);
+    ivec_free(&items);
+    return p;
+fail:
+    PyMem_Free(seen);
+    ivec_free(&stack);
+    ivec_free(&items);
+    pred_free(p);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * sets
+ */
+
+static Set *
+set_alloc(Tables *t, int32_t n_items, int32_t n_scans, Py_ssize_t n_origins)
+{
+    Set *s = PyObject_GC_New(Set, &SetType);
+    if (!s)
+        return NULL;
+    s->tables = t;
+    Py_INCREF(t);
+    s->n_items = n_items;
+    s->n_scans = n_scans;
+    s->pred = NULL;
+    s->nb_known = 0;
+    s->sig = s->local = NULL;
+    s->py_items = s->py_waiting = s->py_scans = s->py_nb = NULL;
+    size_t bytes = (size_t)n_items * sizeof(KItem) + (size_t)n_scans * sizeof(Scan) +
+                   (size_t)n_origins * sizeof(int32_t);
+    char *block = PyMem_Malloc(bytes ? bytes : 1);
+    if (!block) {
+        s->items = NULL;
+        Py_DECREF(s);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    s->items = (KItem *)block;
+    s->scans = (Scan *)(block + (size_t)n_items * sizeof(KItem));
+    s->origins = (int32_t *)(block + (size_t)n_items * sizeof(KItem) + (size_t)n_scans * sizeof(Scan));
+    PyObject_GC_Track(s);
+    return s;
+}
+
+static int
+set_traverse(Set *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->sig);
+    Py_VISIT(s->local);
+    Py_VISIT(s->py_items);
+    Py_VISIT(s->py_waiting);
+    Py_VISIT(s->py_scans);
+    Py_VISIT(s->py_nb);
+    return 0;
+}
+
+static int
+set_clear(Set *s)
+{
+    Py_CLEAR(s->sig);
+    Py_CLEAR(s->local);
+    Py_CLEAR(s->py_items);
+    Py_CLEAR(s->py_waiting);
+    Py_CLEAR(s->py_scans);
+    Py_CLEAR(s->py_nb);
+    return 0;
+}
+
+static void
+set_dealloc(Set *s)
+{
+    PyObject_GC_UnTrack(s);
+    set_clear(s);
+    PyMem_Free(s->items);
+    Py_XDECREF(s->tables);
+    PyObject_GC_Del(s);
+}
+
+/* A chart: the Python list of sets, then (during a walk) sets pushed on a C stack. A read
+ * of a list position marked in `far` is noted in `read` (see walk_exits). */
+typedef struct {
+    PyObject *list;
+    Py_ssize_t n_list;
+    Set **stack;
+    Py_ssize_t n_stack, cap_stack;
+    const uint8_t *far;
+    int read;
+} Chart;
+
+static inline Py_ssize_t
+chart_len(const Chart *c)
+{
+    return c->n_list + c->n_stack;
+}
+
+static void
+chart_of_list(Chart *c, PyObject *list)
+{
+    memset(c, 0, sizeof(*c));
+    c->list = list;
+    c->n_list = PyList_GET_SIZE(list);
+}
+
+/* The set at position o: a Set, or what a stand-in (earley._Far) returns for _native_self
+ * (borrowed: the chart, or the stand-in in it, keeps it alive). */
+static Set *
+get_set(Chart *c, Py_ssize_t o)
+{
+    if (o >= c->n_list && o - c->n_list < c->n_stack)
+        return c->stack[o - c->n_list];
+    if (o < 0 || o >= c->n_list || o >= PyList_GET_SIZE(c->list)) {
+        PyErr_Format(PyExc_IndexError, "no chart set %zd", o);
+        return NULL;
+    }
+    if (c->far && c->far[o])
+        c->read = 1;
+    PyObject *x = PyList_GET_ITEM(c->list, o);
+    if (Py_TYPE(x) == &SetType)
+        return (Set *)x;
+    PyObject *y = PyObject_GetAttr(x, str_native_self);
+    if (!y && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "chart position %zd holds no parser set", o);
+    }
+    if (!y)
+        return NULL;
+    if (Py_TYPE(y) != &SetType) {
+        Py_DECREF(y);
+        PyErr_Format(PyExc_TypeError, "chart position %zd holds no parser set", o);
+        return NULL;
+    }
+    Py_DECREF(y);
+    return (Set *)y;
+}
+
+/* Earley's completer: the items of `s` (at position `origin`) waiting on `sym`, advanced
+ * over it, onto the agenda (pairs item, origin). */
+static int
+advance_over(IVec *agenda, Set *s, int32_t sym, int32_t origin)
+{
+    /* kernel items: bisect the first with this symbol */
+    int32_t lo = 0, hi = s->n_items;
+    while (lo < hi) {
+        int32_t mid = (lo + hi) >> 1;
+        if (s->items[mid].sym < sym)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; lo < s->n_items && s->items[lo].sym == sym; lo++)
+        if (ivec_push2(agenda, s->items[lo].it + 1, s->items[lo].origin) < 0)
+            return -1;
+    Pred *p = s->pred;
+    if (p) {
+        lo = 0;
+        hi = p->n;
+        while (lo < hi) {
+            int32_t mid = (lo + hi) >> 1;
+            if (p->sym[mid] < sym)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (; lo < p->n && p->sym[lo] == sym; lo++)
+            if (ivec_push2(agenda, p->item[lo] + 1, origin) < 0)
+                return -1;
+    }
+    return 0;
+}
+
+/* scans under construction: (lexeme, state) -> sorted origins, in order of first insertion */
+typedef struct {
+    int32_t k, q;
+    IVec origins;
+} SEntry;
+
+typedef struct {
+    SEntry *e;
+    int32_t n, cap;
+    int32_t *slot;   /* hash (k, q) -> entry index + 1 */
+    int32_t scap;
+} ScanBuilder;
+
+static void
+sb_free(ScanBuilder *b)
+{
+    for (int32_t i = 0; i < b->n; i++)
+        ivec_free(&b->e[i].origins);
+    PyMem_Free(b->e);
+    PyMem_Free(b->slot);
+    memset(b, 0, sizeof(*b));
+}
+
+static int
+sb_rehash(ScanBuilder *b, int32_t cap)
+{
+    int32_t *slot = PyMem_Calloc((size_t)cap, sizeof(int32_t));
+    if (!slot) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t i = 0; i < b->n; i++) {
+        uint64_t key = ((uint64_t)(uint32_t)b->e[i].k << 32) | (uint32_t)b->e[i].q;
+        size_t p = hmix(key) & (size_t)(cap - 1);
+        while (slot[p])
+            p = (p + 1) & (size_t)(cap - 1);
+        slot[p] = i + 1;
+    }
+    PyMem_Free(b->slot);
+    b->slot = slot;
+    b->scap = cap;
+    return 0;
+}
+
+/* add sorted, distinct origins[0..n) to the scan (k, q) */
+static int
+sb_add(ScanBuilder *b, int32_t k, int32_t q, const int32_t *origins, int32_t n)
+{
+    if ((b->n + 1) * 2 > b->scap && sb_rehash(b, b->scap ? b->scap * 2 : 32) < 0)
+        return -1;
+    uint64_t key = ((uint64_t)(uint32_t)k << 32) | (uint32_t)q;
+    size_t mask = (size_t)b->scap - 1, p = hmix(key) & mask;
+    SEntry *e = NULL;
+    for (; b->slot[p]; p = (p + 1) & mask) {
+        SEntry *c = &b->e[b->slot[p] - 1];
+        if (c->k == k && c->q == q) {
+            e = c;
+            break;
+        }
+    }
+    if (!e) {
+        if (b->n == b->cap) {
+            int32_t cap = b->cap ? b->cap * 2 : 16;
+            SEntry *ne = PyMem_Realloc(b->e, (size_t)cap * sizeof(SEntry));
+            if (!ne) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            b->e = ne;
+            b->cap = cap;
+        }
+        e = &b->e[b->n];
+        e->k = k;
+        e->q = q;
+        memset(&e->origins, 0, sizeof(IVec));
+        b->slot[p] = ++b->n;
+        if (ivec_reserve(&e->origins, n) < 0)
+            return -1;
+        memcpy(e->origins.a, origins, (size_t)n * sizeof(int32_t));
+        e->origins.n = n;
+        return 0;
+    }
+    /* merge two sorted runs */
+    IVec *v = &e->origins;
+    if (n == 1 && v->n && v->a[v->n - 1] < origins[0])
+        return ivec_push(v, origins[0]);
+    if (ivec_reserve(v, n) < 0)
+        return -1;
+    int32_t *old = PyMem_Malloc((size_t)(v->n ? v->n : 1) * sizeof(int32_t));
+    if (!old) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(old, v->a, (size_t)v->n * sizeof(int32_t));
+    Py_ssize_t i = 0, j = 0, m = v->n, out = 0;
+    while (i < m || j < n) {
+        int32_t x;
+        if (j >= n || (i < m && old[i] < origins[j]))
+            x = old[i++];
+        else if (i >= m || origins[j] < old[i])
+            x = origins[j++];
+        else {
+            x = old[i++];
+            j++;
+        }
+        v->a[out++] = x;
+    }
+    v->n = out;
+    PyMem_Free(old);
+    return 0;
+}
+
+static int
+cmp_kitem(const void *a, const void *b)
+{
+    const KItem *x = a, *y = b;
+    if (x->sym != y->sym)
+        return x->sym < y->sym ? -1 : 1;
+    if (x->it != y->it)
+        return x->it < y->it ? -1 : 1;
+    return x->origin < y->origin ? -1 : x->origin > y->origin;
+}
+
+/* a set from kernel items (pairs it, origin), a prediction and built scans */
+static Set *
+set_build(Tables *t, const IVec *items, Pred *pred, const ScanBuilder *b)
+{
+    Py_ssize_t n_origins = 0;
+    for (int32_t i = 0; i < b->n; i++)
+        n_origins += b->e[i].origins.n;
+    int32_t n_items = items ? (int32_t)(items->n / 2) : 0;
+    Set *s = set_alloc(t, n_items, b->n, n_origins);
+    if (!s)
+        return NULL;
+    for (int32_t i = 0; i < n_items; i++) {
+        s->items[i].it = items->a[2 * i];
+        s->items[i].origin = items->a[2 * i + 1];
+        s->items[i].sym = t->item_next[s->items[i].it];
+    }
+    if (n_items > 1)
+        qsort(s->items, (size_t)n_items, sizeof(KItem), cmp_kitem);
+    s->pred = pred;
+    int32_t off = 0;
+    for (int32_t i = 0; i < b->n; i++) {
+        const SEntry *e = &b->e[i];
+        s->scans[i].lexeme = e->k;
+        s->scans[i].state = e->q;
+        s->scans[i].off = off;
+        s->scans[i].n = (int32_t)e->origins.n;
+        memcpy(s->origins + off, e->origins.a, (size_t)e->origins.n * sizeof(int32_t));
+        off += (int32_t)e->origins.n;
+    }
+    return s;
+}
+
+/* Complete from the agenda (kernel items) and predict, into the set at position
+ * len(chart); `b` holds the scans so far and receives the lexemes started here. */
+static Set *
+closure(Tables *t, Chart *chart, IVec *agenda, ScanBuilder *b)
+{
+    Py_ssize_t j = chart_len(chart);
+    int32_t N = t->N;
+    HSet seen = {0};
+    IVec items = {0}, roots = {0};
+    size_t words = ((size_t)t->n_sym + 63) / 64;
+    uint64_t *is_root = PyMem_Calloc(words ? words : 1, sizeof(uint64_t));
+    Set *out = NULL;
+    if (!is_root) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while (agenda->n) {
+        int32_t origin = agenda->a[--agenda->n];
+        int32_t it = agenda->a[--agenda->n];
+        int r = hset_add(&seen, ((uint64_t)(uint32_t)it << 32) | (uint32_t)origin);
+        if (r < 0)
+            goto done;
+        if (!r)
+            continue;
+        if (ivec_push2(&items, it, origin) < 0)
+            goto done;
+        int32_t sym = t->item_next[it];
+        if (sym == END) {
+            if (origin >= j)   /* only the start item, completed at position 0 */
+                continue;
+            Set *s = get_set(chart, origin);
+            if (!s || advance_over(agenda, s, t->item_lhs[it], origin) < 0)
+                goto done;
+            continue;
+        }
+        if (!(is_root[sym >> 6] >> (sym & 63) & 1)) {
+            is_root[sym >> 6] |= (uint64_t)1 << (sym & 63);
+            if (ivec_push(&roots, sym) < 0)
+                goto done;
+        }
+        if (t->nullable[sym] && ivec_push2(agenda, it + 1, origin) < 0)
+            goto done;
+    }
+    Pred *pred = NULL;
+    if (roots.n) {
+        qsort(roots.a, (size_t)roots.n, sizeof(int32_t), cmp_int);
+        int32_t n_nt = 0;
+        while (n_nt < roots.n && roots.a[n_nt] < N)
+            n_nt++;
+        if (n_nt && !(pred = prediction(t, roots.a, n_nt)))
+            goto done;
+    }
+    if (items.n) {
+        int32_t here = (int32_t)j;
+        for (Py_ssize_t x = 0; x < roots.n; x++)
+            if (roots.a[x] >= N && sb_add(b, roots.a[x] - N, 0, &here, 1) < 0)
+                goto done;
+        if (pred)
+            for (int32_t x = 0; x < pred->n_lex; x++)
+                if (sb_add(b, pred->lex[x], 0, &here, 1) < 0)
+                    goto done;
+        if (t->n_ignore) {
+            /* ignored lexemes start where an item outside split lexemes is */
+            int start = !t->any_glued;
+            for (Py_ssize_t x = 0; !start && x < items.n; x += 2)
+                start = !t->glued[items.a[x]];
+            for (int32_t x = 0; start && x < t->n_ignore; x++)
+                if (sb_add(b, t->ignore[x], 0, &here, 1) < 0)
+                    goto done;
+        }
+    }
+    out = set_build(t, &items, pred, b);
+done:
+    PyMem_Free(seen.keys);
+    ivec_free(&items);
+    ivec_free(&roots);
+    PyMem_Free(is_root);
+    return out;
+}
+
+/* A lexeme matched from origins[0..n) has ended: onto the agenda go the items it advances,
+ * or, for an ignored lexeme, the items of the sets where it started. */
+static int
+complete(Tables *t, IVec *agenda, Chart *chart, int32_t k, const int32_t *origins, int32_t n)
+{
+    for (int32_t x = 0; x < n; x++) {
+        Set *s = get_set(chart, origins[x]);
+        if (!s)
+            return -1;
+        if (t->is_ignore[k]) {
+            for (int32_t i = 0; i < s->n_items; i++) {
+                if (t->any_glued && t->glued[s->items[i].it])
+                    continue;   /* no parse resumes inside a split lexeme */
+                if (ivec_push2(agenda, s->items[i].it, s->items[i].origin) < 0)
+                    return -1;
+            }
+        } else if (advance_over(agenda, s, t->N + k, origins[x]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+allowed(Set *s)
+{
+    if (s->nb_known)
+        return;
+    uint64_t nb[4] = {0, 0, 0, 0};
+    Tables *t = s->tables;
+    for (int32_t i = 0; i < s->n_scans; i++) {
+        const uint64_t *f = first_bytes(&t->lex[s->scans[i].lexeme], s->scans[i].state);
+        nb[0] |= f[0];
+        nb[1] |= f[1];
+        nb[2] |= f[2];
+        nb[3] |= f[3];
+    }
+    memcpy(s->nb, nb, sizeof(nb));
+    s->nb_known = 1;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * the tables' methods
+ */
+
+/* The set after `byte` at the end of the chart: *out (a new reference), or NULL when no
+ * parse survives it; -1 on an error. */
+static int
+step_core(Tables *t, Chart *chart, int byte, Set **out)
+{
+    *out = NULL;
+    Py_ssize_t n = chart_len(chart);
+    if (!n) {
+        PyErr_SetString(PyExc_ValueError, "step() on an empty chart");
+        return -1;
+    }
+    Set *cur = get_set(chart, n - 1);
+    if (!cur)
+        return -1;
+    allowed(cur);
+    if (!(cur->nb[byte >> 6] >> (byte & 63) & 1))
+        return 0;
+    Py_INCREF(cur);
+    ScanBuilder b = {0};
+    IVec agenda = {0};
+    int rc = -1;
+    for (int32_t i = 0; i < cur->n_scans; i++) {
+        const Scan *sc = &cur->scans[i];
+        Lex *L = &t->lex[sc->lexeme];
+        int32_t q2 = L->trans[256 * (size_t)sc->state + byte];
+        if (q2 < 0)
+            continue;
+        const int32_t *origins = cur->origins + sc->off;
+        if (sb_add(&b, sc->lexeme, q2, origins, sc->n) < 0)
+            goto done;
+        if (L->accept[q2] && complete(t, &agenda, chart, sc->lexeme, origins, sc->n) < 0)
+            goto done;
+    }
+    if (b.n) {
+        *out = agenda.n ? closure(t, chart, &agenda, &b) : set_build(t, NULL, NULL, &b);
+        if (!*out)
+            goto done;
+    }
+    rc = 0;
+done:
+    sb_free(&b);
+    ivec_free(&agenda);
+    Py_DECREF(cur);
+    return rc;
+}
+
+static PyObject *
+tables_step(Tables *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "step(chart: list, byte: int)");
+        return NULL;
+    }
+    long byte = PyLong_AsLong(args[1]);
+    if (byte == -1 && PyErr_Occurred())
+        return NULL;
+    if (byte < 0 || byte > 255) {
+        PyErr_SetString(PyExc_ValueError, "a byte is 0..255");
+        return NULL;
+    }
+    Chart chart;
+    chart_of_list(&chart, args[0]);
+    Set *out;
+    if (step_core(t, &chart, (int)byte, &out) < 0)
+        return NULL;
+    if (!out)
+        Py_RETURN_NONE;
+    return (PyObject *)out;
+}
+
+/* initial_set(start_item): the set at position 0 */
+static PyObject *
+tables_initial_set(Tables *t, PyObject *arg)
+{
+    long first = PyLong_AsLong(arg);
+    if (first == -1 && PyErr_Occurred())
+        return NULL;
+    if (first < 0 || first >= t->n_items_total) {
+        PyErr_SetString(PyExc_ValueError, "start item out of range");
+        return NULL;
+    }
+    PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
+    Chart chart;
+    chart_of_list(&chart, list);
+    ScanBuilder b = {0};
+    IVec agenda = {0};
+    PyObject *out = NULL;
+    if (ivec_push2(&agenda, (int32_t)first, 0) == 0)
+        out = (PyObject *)closure(t, &chart, &agenda, &b);
+    sb_free(&b);
+    ivec_free(&agenda);
+    Py_DECREF(list);
+    return out;
+}
+
+/* complete_closure(chart, lexeme, origins): complete `lexeme` from `origins` right after
+ * chart and close the result (the work of a step that ends it), returning nothing: what
+ * matters are the reads of the chart's sets (see earley.ParserTables.completes_within). */
+static PyObject *
+tables_complete_closure(Tables *t, PyObject *args)
+{
+    PyObject *list, *origins_o;
+    int k;
+    if (!PyArg_ParseTuple(args, "O!iO", &PyList_Type, &list, &k, &origins_o))
+        return NULL;
+    Chart chart;
+    chart_of_list(&chart, list);
+    if (k < 0 || k >= t->n_lex) {
+        PyErr_SetString(PyExc_ValueError, "lexeme out of range");
+        return NULL;
+    }
+    Py_ssize_t n;
+    int32_t *origins = int_array(origins_o, &n, "origins");
+    if (!origins)
+        return NULL;
+    qsort(origins, (size_t)n, sizeof(int32_t), cmp_int);
+    ScanBuilder b = {0};
+    IVec agenda = {0};
+    PyObject *out = NULL;
+    if (complete(t, &agenda, &chart, k, origins, (int32_t)n) == 0) {
+        Set *s = closure(t, &chart, &agenda, &b);
+        if (s) {
+            Py_DECREF(s);
+            out = Py_None;
+            Py_INCREF(out);
+        }
+    }
+    PyMem_Free(origins);
+    sb_free(&b);
+    ivec_free(&agenda);
+    return out;
+}
+
+/* inside_lexemes(scans): the set of a position inside lexemes only, from a dict
+ * (lexeme, state) -> origins */
+static PyObject *
+tables_inside_lexemes(Tables *t, PyObject *scans)
+{
+    if (!PyDict_Check(scans)) {
+        PyErr_SetString(PyExc_TypeError, "inside_lexemes() takes a dict");
+        return NULL;
+    }
+    ScanBuilder b = {0};
+    PyObject *key, *value, *out = NULL;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(scans, &pos, &key, &value)) {
+        int k, q;
+        if (!PyArg_ParseTuple(key, "ii", &k, &q))
+            goto done;
+        if (k < 0 || k >= t->n_lex || q < 0 || q >= t->lex[k].n_states) {
+            PyErr_SetString(PyExc_ValueError, "scan out of range");
+            goto done;
+        }
+        Py_ssize_t n;
+        int32_t *origins = int_array(value, &n, "origins");
+        if (!origins)
+            goto done;
+        qsort(origins, (size_t)n, sizeof(int32_t), cmp_int);
+        Py_ssize_t m = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!m || origins[m - 1] != origins[i])
+                origins[m++] = origins[i];
+        int r = sb_add(&b, k, q, origins, (int32_t)m);
+        PyMem_Free(origins);
+        if (r < 0)
+            goto done;
+    }
+    out = (PyObject *)set_build(t, NULL, NULL, &b);
+done:
+    sb_free(&b);
+    return out;
+}
+
+static Set *
+as_set(PyObject *o)
+{
+    if (Py_TYPE(o) == &SetType)
+        return (Set *)o;
+    PyObject *y = PyObject_GetAttr(o, str_native_self);
+    if (!y && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "not a parser set");
+    }
+    if (!y)
+        return NULL;
+    Py_DECREF(y);   /* kept alive by `o` */
+    if (Py_TYPE(y) != &SetType) {
+        PyErr_SetString(PyExc_TypeError, "not a parser set");
+        return NULL;
+    }
+    return (Set *)y;
+}
+
+static PyObject *
+nb_int(Set *s)
+{
+    if (!s->py_nb) {
+        allowed(s);
+        unsigned char bytes[32];
+        for (int w = 0; w < 4; w++)
+            for (int i = 0; i < 8; i++)
+                bytes[8 * w + i] = (unsigned char)(s->nb[w] >> (8 * i));
+        s->py_nb = _PyLong_FromByteArray(bytes, 32, 1, 0);
+        if (!s->py_nb)
+            return NULL;
+    }
+    Py_INCREF(s->py_nb);
+    return s->py_nb;
+}
+
+static PyObject *
+tables_allowed_bytes(Tables *t, PyObject *o)
+{
+    Set *s = as_set(o);
+    return s ? nb_int(s) : NULL;
+}
+
+static PyObject *
+tables_is_accepting(Tables *t, PyObject *o)
+{
+    Set *s = as_set(o);
+    if (!s)
+        return NULL;
+    for (int32_t i = 0; i < s->n_items && s->items[i].sym == END; i++)
+        if (s->items[i].it == t->accept_item && s->items[i].origin == 0)
+            Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+tables_n_predictions(Tables *t, PyObject *unused)
+{
+    return PyLong_FromSize_t(t->pcount);
+}
+
+
+/* ---------------------------------------------------------------------------------------
+ * the exit walk: which tokens the parser accepts after the chart
+ */
+
+typedef struct {
+    Tables *t;
+    Chart chart;
+    const uint8_t *blob;
+    const int64_t *off;
+    Py_ssize_t n_ranks;
+    IVec found, beyond;
+    long long steps;   /* parser steps taken */
+    int32_t *live;     /* scratch for lexeme_pass, one entry per scan of a set */
+    Py_ssize_t cap_live;
+} Walk;
+
+static inline int
+has_byte(const uint64_t *bits, int b)
+{
+    return (int)(bits[b >> 6] >> (b & 63) & 1);
+}
+
+/* The lexeme pass at `cur` for the tokens rs[0..*n) (which share their first `depth`
+ * bytes, the text up to `cur`): a token whose rest keeps one of cur's lexemes alive to its
+ * end is allowed (each byte leaves that scan alive, so every step succeeds), one that kills
+ * every lexeme without ending one where a byte that may follow it comes next is not; the
+ * others (they may end a lexeme inside the token) stay in rs, in order, for the parser. */
+static int
+lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
+{
+    Tables *t = w->t;
+    int32_t kept = 0;
+    int32_t *live = w->live;   /* the scans that can take the run's byte */
+    int32_t n_live = 0, run_byte = -1;
+    for (int32_t x = 0; x < *n; x++) {
+        int32_t r = rs[x];
+        const uint8_t *data = w->blob + w->off[r];
+        int32_t len = (int32_t)(w->off[r + 1] - w->off[r]);
+        if (len <= depth) {
+            if (ivec_push(&w->found, r) < 0)
+                return -1;
+            continue;
+        }
+        if (data[depth] != run_byte) {   /* tokens come in runs of their byte at depth */
+            run_byte = data[depth];
+            n_live = 0;
+            for (int32_t i = 0; i < cur->n_scans; i++)
+                if (has_byte(first_bytes(&t->lex[cur->scans[i].lexeme], cur->scans[i].state), run_byte))
+                    live[n_live++] = i;
+        }
+        int alive = 0, may_end = 0;
+        for (int32_t i = 0; i < n_live && !alive; i++) {
+            int32_t k = cur->scans[live[i]].lexeme, q = cur->scans[live[i]].state;
+            Lex *L = &t->lex[k];
+            const uint64_t *fol = t->follow + 4 * (size_t)k;
+            int32_t pos = depth;
+            for (; pos < len; pos++) {
+                q = L->trans[256 * (size_t)q + data[pos]];
+                if (q < 0)
+                    break;
+                if (pos + 1 < len && L->accept[q] && has_byte(fol, data[pos + 1]))
+                    may_end = 1;
+            }
+            alive = pos == len;
+        }
+        if (alive) {
+            if (ivec_push(&w->found, r) < 0)
+                return -1;
+        } else if (may_end) {
+            rs[kept++] = r;
+        }
+    }
+    *n = kept;
+    return 0;
+}
+
+static int
+chart_push(Chart *c, Set *s)
+{
+    if (c->n_stack == c->cap_stack) {
+        Py_ssize_t cap = c->cap_stack ? 2 * c->cap_stack : 32;
+        Set **st = PyMem_Realloc(c->stack, (size_t)cap * sizeof(Set *));
+        if (!st) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->stack = st;
+        c->cap_stack = cap;
+    }
+    c->stack[c->n_stack++] = s;
+    return 0;
+}
+
+/* lexeme passes of groups at least this big are cached in the tables, by the lexeme states,
+ * the depth and the tokens (they recur: the same tokens after the same byte, in another
+ * parser context); the cache is emptied when it holds more than PASS_INTS ints */
+#define PASS_MIN 64
+#define PASS_INTS (4 << 20)
+
+static int
+cmp_pair32(const void *a, const void *b)
+{
+    return cmp_pair(a, b);
+}
+
+static int
+cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
+{
+    Tables *t = w->t;
+    if (*n < PASS_MIN)
+        return lexeme_pass(w, cur, rs, n, depth);
+    int32_t ns = cur->n_scans;
+    int32_t *states = PyMem_Malloc((size_t)(2 * ns + 1) * sizeof(int32_t));
+    if (!states) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t i = 0; i < ns; i++) {
+        states[2 * i] = cur->scans[i].lexeme;
+        states[2 * i + 1] = cur->scans[i].state;
+    }
+    qsort(states, (size_t)ns, 2 * sizeof(int32_t), cmp_pair32);
+    uint64_t h = roots_hash(states, 2 * ns) * 31 + (uint64_t)depth;
+    h = h * 1099511628211ULL ^ roots_hash(rs, *n);
+    if (t->pass_cap) {
+        size_t mask = t->pass_cap - 1;
+        for (size_t p = hmix(h) & mask; t->pass_tab[p]; p = (p + 1) & mask) {
+            PassEntry *e = t->pass_tab[p];
+            if (e->hash != h || e->depth != depth || e->n_states != ns || e->n_in != *n ||
+                memcmp(e->data, states, (size_t)(2 * ns) * sizeof(int32_t)) ||
+                memcmp(e->data + 2 * ns, rs, (size_t)*n * sizeof(int32_t)))
+                continue;
+            PyMem_Free(states);
+            const int32_t *found = e->data + 2 * ns + e->n_in;
+            if (ivec_reserve(&w->found, e->n_found) < 0)
+                return -1;
+            memcpy(w->found.a + w->found.n, found, (size_t)e->n_found * sizeof(int32_t));
+            w->found.n += e->n_found;
+            memcpy(rs, found + e->n_found, (size_t)e->n_kept * sizeof(int32_t));
+            *n = e->n_kept;
+            return 0;
+        }
+    }
+    int32_t n_in = *n;
+    size_t total = (size_t)(2 * ns) + 2 * (size_t)n_in;   /* found + kept <= in */
+    int32_t *data = PyMem_Malloc(total * sizeof(int32_t));
+    PassEntry *e = PyMem_Malloc(sizeof(PassEntry));
+    if (!data || !e) {
+        PyMem_Free(data);
+        PyMem_Free(e);
+        PyMem_Free(states);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(data, states, (size_t)(2 * ns) * sizeof(int32_t));
+    memcpy(data + 2 * ns, rs, (size_t)n_in * sizeof(int32_t));
+    PyMem_Free(states);
+    Py_ssize_t found_before = w->found.n;
+    if (lexeme_pass(w, cur, rs, n, depth) < 0) {
+        PyMem_Free(data);
+        PyMem_Free(e);
+        return -1;
+    }
+    e->hash = h;
+    e->depth = depth;
+    e->n_states = ns;
+    e->n_in = n_in;
+    e->n_found = (int32_t)(w->found.n - found_before);
+    e->n_kept = *n;
+    memcpy(data + 2 * ns + n_in, w->found.a + found_before, (size_t)e->n_found * sizeof(int32_t));
+    memcpy(data + 2 * ns + n_in + e->n_found, rs, (size_t)e->n_kept * sizeof(int32_t));
+    e->data = data;
+    if (t->pass_ints + total > PASS_INTS)
+        pass_clear(t);
+    if ((t->pass_count + 1) * 2 > t->pass_cap) {
+        size_t cap = t->pass_cap ? 2 * t->pass_cap : 64;
+        PassEntry **tab = PyMem_Calloc(cap, sizeof(PassEntry *));
+        if (!tab) {
+            PyMem_Free(data);
+            PyMem_Free(e);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t i = 0; i < t->pass_cap; i++) {
+            PassEntry *o = t->pass_tab[i];
+            if (!o)
+                continue;
+            size_t p = hmix(o->hash) & (cap - 1);
+            while (tab[p])
+                p = (p + 1) & (cap - 1);
+            tab[p] = o;
+        }
+        PyMem_Free(t->pass_tab);
+        t->pass_tab = tab;
+        t->pass_cap = cap;
+    }
+    size_t p = hmix(h) & (t->pass_cap - 1);
+    while (t->pass_tab[p])
+        p = (p + 1) & (t->pass_cap - 1);
+    t->pass_tab[p] = e;
+    t->pass_count++;
+    t->pass_ints += total;
+    return 0;
+}
+
+/* The tokens rs[0..n) share their first `depth` bytes, after which the chart ends; `far`:
+ * a step on the way read a set marked far (the tokens are in `beyond` already). Depth
+ * first over the implicit trie of the byte-sorted tokens: tokens sharing a byte share the
+ * step over it. */
+static int
+walk(Walk *w, int32_t *rs, int32_t n, int depth, int far)
+{
+    Set *cur = get_set(&w->chart, chart_len(&w->chart) - 1);
+    if (!cur)
+        return -1;
+    if (cur->n_scans > w->cap_live) {
+        int32_t *live = PyMem_Realloc(w->live, (size_t)cur->n_scans * sizeof(int32_t));
+        if (!live) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->live = live;
+        w->cap_live = cur->n_scans;
+    }
+    /* (at the root the tokens are exit candidates: none stays inside a lexeme there) */
+    if (depth && cached_pass(w, cur, rs, &n, depth) < 0)
+        return -1;
+    allowed(cur);
+    int32_t i = 0;
+    while (i < n) {
+        int b = w->blob[w->off[rs[i]] + depth];
+        int32_t j = i + 1;
+        while (j < n && w->blob[w->off[rs[j]] + depth] == b)
+            j++;
+        if (has_byte(cur->nb, b)) {
+            w->chart.read = 0;
+            Set *next;
+            w->steps++;
+            if (step_core(w->t, &w->chart, b, &next) < 0)
+                return -1;
+            int newly = !far && w->chart.read;
+            for (int32_t x = i; newly && x < j; x++)
+                if (ivec_push(&w->beyond, rs[x]) < 0) {
+                    Py_XDECREF(next);
+                    return -1;
+                }
+            if (next) {
+                if (chart_push(&w->chart, next) < 0) {
+                    Py_DECREF(next);
+                    return -1;
+                }
+                int rc = walk(w, rs + i, j - i, depth + 1, far || newly);
+                w->chart.n_stack--;
+                Py_DECREF(next);
+                if (rc < 0)
+                    return -1;
+            }
+        }
+        i = j;
+    }
+    return 0;
+}
+
+/* ranks from an int32 / int64 buffer (a numpy array) or a sequence of ints */
+static int32_t *
+rank_array(PyObject *o, Py_ssize_t *n_out)
+{
+    if (PyObject_CheckBuffer(o)) {
+        Py_buffer b;
+        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+            const char *f = b.format ? b.format : "B";
+            if (*f == '<' || *f == '=' || *f == '@')
+                f++;
+            int ok = b.ndim <= 1 && ((b.itemsize == 8 && strchr("qlQL", *f)) || (b.itemsize == 4 && strchr("iIl", *f)));
+            if (ok) {
+                Py_ssize_t n = b.len / b.itemsize;
+                int32_t *a = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+                if (!a) {
+                    PyBuffer_Release(&b);
+                    PyErr_NoMemory();
+                    return NULL;
+                }
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    int64_t v = b.itemsize == 8 ? ((const int64_t *)b.buf)[i] : ((const int32_t *)b.buf)[i];
+                    a[i] = v < 0 || v > INT32_MAX ? -1 : (int32_t)v;
+                }
+                PyBuffer_Release(&b);
+                *n_out = n;
+                return a;
+            }
+            PyBuffer_Release(&b);
+        } else {
+            PyErr_Clear();
+        }
+    }
+    return int_array(o, n_out, "ranks must be ints");
+}
+
+/* walk_exits(chart, far, ranks, blob, offsets) -> (found, beyond, steps); found and beyond
+ * as bytes of native int32 (numpy.frombuffer reads them)
+ *
+ * Which of the tokens `ranks` (ranks of the byte-sorted vocabulary: token r is
+ * blob[offsets[r]:offsets[r + 1]]) the parser accepts after `chart` (found), and which of
+ * them were decided by a step that read one of the chart positions `far` (beyond: see
+ * Matcher._exit_words), with the number of parser steps taken. */
+static PyObject *
+tables_walk_exits(Tables *t, PyObject *args)
+{
+    PyObject *list, *far_o, *ranks_o, *blob_o, *off_o;
+    if (!PyArg_ParseTuple(args, "O!OOOO", &PyList_Type, &list, &far_o, &ranks_o, &blob_o, &off_o))
+        return NULL;
+    Walk w;
+    memset(&w, 0, sizeof(w));
+    w.t = t;
+    chart_of_list(&w.chart, list);
+    if (!w.chart.n_list) {
+        PyErr_SetString(PyExc_ValueError, "walk_exits() on an empty chart");
+        return NULL;
+    }
+    Py_buffer bb = {0}, ob = {0};
+    uint8_t *far = NULL;
+    int32_t *rs = NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n_far, n;
+    int32_t *far_idx = NULL;
+    if (PyObject_GetBuffer(blob_o, &bb, PyBUF_C_CONTIGUOUS) < 0)
+        goto done;
+    if (PyObject_GetBuffer(off_o, &ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        goto done;
+    if (ob.itemsize != 8 || bb.itemsize != 1) {
+        PyErr_SetString(PyExc_ValueError, "blob: uint8, offsets: int64");
+        goto done;
+    }
+    w.blob = bb.buf;
+    w.off = ob.buf;
+    w.n_ranks = ob.len / 8 - 1;
+    if (!(far_idx = int_array(far_o, &n_far, "far")))
+        goto done;
+    far = PyMem_Calloc((size_t)w.chart.n_list, 1);
+    if (!far) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_far; i++) {
+        if (far_idx[i] < 0 || far_idx[i] >= w.chart.n_list) {
+            PyErr_SetString(PyExc_ValueError, "far: a position outside the chart");
+            goto done;
+        }
+        far[far_idx[i]] = 1;
+    }
+    w.chart.far = far;
+    if (!(rs = rank_array(ranks_o, &n)))
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (rs[i] < 0 || rs[i] >= w.n_ranks || w.off[rs[i] + 1] > bb.len || w.off[rs[i]] > w.off[rs[i] + 1]) {
+            PyErr_SetString(PyExc_ValueError, "ranks: out of range");
+            goto done;
+        }
+    /* rank order is byte order: tokens sharing a prefix are contiguous */
+    {
+        Py_ssize_t i = 1;
+        while (i < n && rs[i - 1] <= rs[i])
+            i++;
+        if (i < n)
+            qsort(rs, (size_t)n, sizeof(int32_t), cmp_int);
+    }
+    {
+        Py_ssize_t m = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!m || rs[m - 1] != rs[i])
+                rs[m++] = rs[i];
+        n = m;
+    }
+    if (walk(&w, rs, (int32_t)n, 0, 0) < 0)
+        goto done;
+    {
+        PyObject *found = PyBytes_FromStringAndSize((const char *)w.found.a, w.found.n * (Py_ssize_t)sizeof(int32_t));
+        PyObject *beyond = PyBytes_FromStringAndSize((const char *)w.beyond.a, w.beyond.n * (Py_ssize_t)sizeof(int32_t));
+        if (found && beyond)
+            out = Py_BuildValue("(OOL)", found, beyond, w.steps);
+        Py_XDECREF(found);
+        Py_XDECREF(beyond);
+    }
+done:
+    for (Py_ssize_t i = 0; i < w.chart.n_stack; i++)
+        Py_DECREF(w.chart.stack[i]);
+    PyMem_Free(w.chart.stack);
+    PyMem_Free(w.live);
+    ivec_free(&w.found);
+    ivec_free(&w.beyond);
+    PyMem_Free(far);
+    PyMem_Free(far_idx);
+    PyMem_Free(rs);
+    if (bb.obj)
+        PyBuffer_Release(&bb);
+    if (ob.obj)
+        PyBuffer_Release(&ob);
+    return out;
+}
+
+static PyMethodDef tables_methods[] = {
+    {"step", (PyCFunction)(void (*)(void))tables_step, METH_FASTCALL,
+     "step(chart, byte): the set after byte, or None if no parse survives it"},
+    {"initial_set", (PyCFunction)tables_initial_set, METH_O, "initial_set(start_item)"},
+    {"complete_closure", (PyCFunction)tables_complete_closure, METH_VARARGS,
+     "complete_closure(chart, lexeme, origins): the completion work of a step ending lexeme"},
+    {"inside_lexemes", (PyCFunction)tables_inside_lexemes, METH_O,
+     "inside_lexemes(scans): a set with these scans and no items"},
+    {"allowed_bytes", (PyCFunction)tables_allowed_bytes, METH_O,
+     "allowed_bytes(set): bitmask of the bytes that can follow"},
+    {"is_accepting", (PyCFunction)tables_is_accepting, METH_O, "is_accepting(set)"},
+    {"n_predictions", (PyCFunction)tables_n_predictions, METH_NOARGS, "cached predictions"},
+    {"walk_exits", (PyCFunction)tables_walk_exits, METH_VARARGS,
+     "walk_exits(chart, far, ranks, blob, offsets) -> (found, beyond, steps)"},
+    {NULL}
+};
+
+static PyTypeObject TablesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gramgen.automata._earley.Tables",
+    .tp_basicsize = sizeof(Tables),
+    .tp_dealloc = (destructor)tables_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The recogniser's tables as C arrays, with the cache of predictions.",
+    .tp_methods = tables_methods,
+    .tp_new = tables_new,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * the Python views of a set
+ */
+
+static PyObject *
+set_get_items(Set *s, void *unused)
+{
+    if (!s->py_items) {
+        PyObject *out = PyFrozenSet_New(NULL);
+        if (!out)
+            return NULL;
+        for (int32_t i = 0; i < s->n_items; i++) {
+            PyObject *pair = Py_BuildValue("(ii)", s->items[i].it, s->items[i].origin);
+            if (!pair || PySet_Add(out, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(pair);
+        }
+        s->py_items = out;
+    }
+    Py_INCREF(s->py_items);
+    return s->py_items;
+}
+
+static PyObject *
+set_get_waiting(Set *s, void *unused)
+{
+    if (!s->py_waiting) {
+        PyObject *out = PyDict_New();
+        if (!out)
+            return NULL;
+        for (int32_t i = 0; i < s->n_items; i++) {
+            if (s->items[i].sym == END)
+                continue;
+            PyObject *sym = PyLong_FromLong(s->items[i].sym);
+            PyObject *pair = Py_BuildValue("(ii)", s->items[i].it, s->items[i].origin);
+            PyObject *lst = sym ? PyDict_GetItemWithError(out, sym) : NULL;
+            int bad = !sym || !pair || (!lst && PyErr_Occurred());
+            if (!bad && !lst) {
+                lst = PyList_New(0);
+                bad = !lst || PyDict_SetItem(out, sym, lst) < 0;
+                Py_XDECREF(lst);   /* the dict holds it */
+            }
+            bad = bad || PyList_Append(lst, pair) < 0;
+            Py_XDECREF(sym);
+            Py_XDECREF(pair);
+            if (bad) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        s->py_waiting = out;
+    }
+    Py_INCREF(s->py_waiting);
+    return s->py_waiting;
+}
+
+static PyObject *
+set_get_pred(Set *s, void *unused)
+{
+    Pred *p = s->pred;
+    if (!p)
+        return PyDict_New();
+    if (!p->py) {
+        PyObject *out = PyDict_New();
+        if (!out)
+            return NULL;
+        for (int32_t lo = 0; lo < p->n;) {
+            int32_t hi = lo;
+            while (hi < p->n && p->sym[hi] == p->sym[lo])
+                hi++;
+            PyObject *tup = PyTuple_New(hi - lo);
+            PyObject *sym = PyLong_FromLong(p->sym[lo]);
+            int bad = !tup || !sym;
+            for (int32_t x = lo; !bad && x < hi; x++) {
+                PyObject *v = PyLong_FromLong(p->item[x]);
+                bad = !v;
+                if (v)
+                    PyTuple_SET_ITEM(tup, x - lo, v);
+            }
+            bad = bad || PyDict_SetItem(out, sym, tup) < 0;
+            Py_XDECREF(tup);
+            Py_XDECREF(sym);
+            if (bad) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            lo = hi;
+        }
+        p->py = out;
+    }
+    Py_INCREF(p->py);
+    return p->py;
+}
+
+static PyObject *
+set_get_scans(Set *s, void *unused)
+{
+    if (!s->py_scans) {
+        PyObject *out = PyDict_New();
+        if (!out)
+            return NULL;
+        for (int32_t i = 0; i < s->n_scans; i++) {
+            const Scan *sc = &s->scans[i];
+            PyObject *key = Py_BuildValue("(ii)", sc->lexeme, sc->state);
+            PyObject *origins = PyFrozenSet_New(NULL);
+            int bad = !key || !origins;
+            for (int32_t x = 0; !bad && x < sc->n; x++) {
+                PyObject *v = PyLong_FromLong(s->origins[sc->off + x]);
+                bad = !v || PySet_Add(origins, v) < 0;
+                Py_XDECREF(v);
+            }
+            bad = bad || PyDict_SetItem(out, key, origins) < 0;
+            Py_XDECREF(key);
+            Py_XDECREF(origins);
+            if (bad) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        s->py_scans = out;
+    }
+    Py_INCREF(s->py_scans);
+    return s->py_scans;
+}
+
+static PyObject *
+set_get_self(Set *s, void *unused)
+{
+    Py_INCREF(s);
+    return (PyObject *)s;
+}
+
+static PyObject *
+set_get_n_items(Set *s, void *unused)
+{
+    return PyLong_FromLong(s->n_items);
+}
+
+static PyObject *
+set_get_next_bytes(Set *s, void *unused)
+{
+    return nb_int(s);
+}
+
+static PyGetSetDef set_getset[] = {
+    {"items", (getter)set_get_items, NULL, "frozenset of the kernel items (item, origin)", NULL},
+    {"waiting", (getter)set_get_waiting, NULL, "symbol -> kernel items before it", NULL},
+    {"pred", (getter)set_get_pred, NULL, "symbol -> predicted items before it", NULL},
+    {"scans", (getter)set_get_scans, NULL, "(lexeme, DFA state) -> frozenset of origins", NULL},
+    {"n_items", (getter)set_get_n_items, NULL, "the number of kernel items", NULL},
+    {"next_bytes", (getter)set_get_next_bytes, NULL, "bitmask of the bytes that can follow", NULL},
+    {"_native_self", (getter)set_get_self, NULL, "this set (what a stand-in forwards to)", NULL},
+    {NULL}
+};
+
+static PyMemberDef set_members[] = {
+    {"sig", T_OBJECT, offsetof(Set, sig), 0, "the set's signature (filled in by the caller)"},
+    {"local", T_OBJECT, offsetof(Set, local), 0, "local signatures by depth (filled in by the caller)"},
+    {NULL}
+};
+
+static PyTypeObject SetType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gramgen.automata._earley.Set",
+    .tp_basicsize = sizeof(Set),
+    .tp_dealloc = (destructor)set_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "An Earley set (immutable, built by Tables.step).",
+    .tp_traverse = (traverseproc)set_traverse,
+    .tp_clear = (inquiry)set_clear,
+    .tp_getset = set_getset,
+    .tp_members = set_members,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_earley", "The Earley recogniser's step in C.", -1, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__earley(void)
+{
+    if (PyType_Ready(&TablesType) < 0 || PyType_Ready(&SetType) < 0)
+        return NULL;
+    str_native_self = PyUnicode_InternFromString("_native_self");
+    if (!str_native_self)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&TablesType);
+    Py_INCREF(&SetType);
+    if (PyModule_AddObject(m, "Tables", (PyObject *)&TablesType) < 0 ||
+        PyModule_AddObject(m, "Set", (PyObject *)&SetType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

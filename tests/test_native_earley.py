@@ -1,0 +1,196 @@
+"""The C recogniser (gramgen.automata._earley) against the Python one it replaces: the same
+sets (kernel items, scans with their origins, predictions), the same allowed bytes and
+acceptance, the same reads beyond a horizon, byte by byte along random walks of many
+grammars (ambiguous, left-recursive, nullable, %ignore, lexemes split into rules)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+import gramgen
+from gramgen.automata import earley
+from gramgen.automata.dfa import compile_lexemes
+from gramgen.automata.earley import ParserTables, tracked_view
+
+pytestmark = pytest.mark.skipif(earley._earley is None and not os.environ.get("GRAMGEN_REQUIRE_NATIVE"),
+                                reason="the native recogniser is not built (no C compiler)")
+
+GRAMMARS = {
+    "json": lambda: gramgen.Grammar.builtin("json"),
+    "python": lambda: gramgen.Grammar.builtin("python"),
+    "sql": lambda: gramgen.Grammar.builtin("sql"),
+    "ambiguous": lambda: gramgen.Grammar.from_lark(r'''
+        start: e
+        e: e "+" e | e e | "(" e ")" | NUM | ID |
+        NUM: /[0-9]+/
+        ID: /[a-z]+/ | "x"
+        %ignore " "
+    '''),
+    "nullable": lambda: gramgen.Grammar.from_gbnf(r'''
+        root ::= a b a "!" | b*
+        a ::= "x"? c
+        b ::= ("y" | "yy" | "") c
+        c ::= "" | "z" c
+    '''),
+    "left-recursive": lambda: gramgen.Grammar.from_lark(r'''
+        start: list
+        list: list "," item | item
+        item: WORD | "[" list "]" | "[" "]"
+        WORD: /[a-c]{1,3}/
+        %ignore /[ \t]+/
+    '''),
+    "split": lambda: gramgen.Grammar.from_lark(r'''
+        start: X (" " X)*
+        X: /(ab){2,40}c/
+        %ignore "_"
+    '''),
+    "schema": lambda: gramgen.Grammar.from_json_schema({
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 6},
+                       "tags": {"type": "array", "items": {"enum": ["a", "bc"]}, "maxItems": 3},
+                       "n": {"type": "integer", "minimum": -5}},
+        "required": ["name"]}, whitespace="flexible"),
+}
+
+
+def _pair(name: str, max_states: int = 10_000):
+    """(C tables, Python tables) of one grammar, over the same lexeme DFAs."""
+    ir, dfas = compile_lexemes(GRAMMARS[name]().ir, max_states=max_states)
+    return ParserTables(ir, dfas, native=True), ParserTables(ir, dfas, native=False)
+
+
+def _same(c_set, py_set, tables, pos: int):
+    assert set(c_set.items) == set(py_set.items), pos
+    assert {k: frozenset(v) for k, v in c_set.scans.items()} == dict(py_set.scans), pos
+    assert {s: sorted(v) for s, v in c_set.waiting.items()} == {s: sorted(v) for s, v in py_set.waiting.items()}
+    assert {s: tuple(v) for s, v in c_set.pred.items()} == {s: tuple(v) for s, v in py_set.pred.items()}
+
+
+def _walk(c_tab, py_tab, rng: random.Random, length: int):
+    c_chart, py_chart = [c_tab.initial_set()], [py_tab.initial_set()]
+    _same(c_chart[0], py_chart[0], c_tab, 0)
+    for pos in range(length):
+        allowed = py_tab.allowed_bytes(py_chart[-1])
+        assert c_tab.allowed_bytes(c_chart[-1]) == allowed, pos
+        assert c_tab.is_accepting(c_chart[-1]) == py_tab.is_accepting(py_chart[-1]), pos
+        # a byte that is not allowed: both say None
+        outside = [b for b in range(256) if not (allowed >> b) & 1]
+        if outside:
+            b = rng.choice(outside)
+            assert c_tab.step(c_chart, b) is None and py_tab.step(py_chart, b) is None
+        if not allowed:
+            break
+        choices = [b for b in range(256) if (allowed >> b) & 1]
+        b = rng.choice(choices)
+        c_next, py_next = c_tab.step(c_chart, b), py_tab.step(py_chart, b)
+        assert (c_next is None) == (py_next is None), pos   # a live scan can always go on
+        if c_next is None:
+            break
+        _same(c_next, py_next, c_tab, pos + 1)
+        c_chart.append(c_next)
+        py_chart.append(py_next)
+        # the reads beyond a horizon, and what a completion there reaches, agree too
+        if pos % 3 == 0:
+            _horizons(c_tab, py_tab, c_chart, py_chart)
+    return c_chart, py_chart
+
+
+def _horizons(c_tab, py_tab, c_chart, py_chart):
+    j = len(c_chart) - 1
+    for depth in (1, 2, 3):
+        c_view, c_reads = tracked_view(c_chart, j, depth)
+        py_view, py_reads = tracked_view(py_chart, j, depth)
+        for (k, q), origins in py_chart[j].scans.items():
+            a = c_tab.completes_within(c_view, c_reads, k, origins)
+            b = py_tab.completes_within(py_view, py_reads, k, origins)
+            assert a == b, (j, depth, k)
+        for b in range(256):
+            c_reads.read = py_reads.read = False
+            c_next, py_next = c_tab.step(c_view, b), py_tab.step(py_view, b)
+            assert (c_next is None) == (py_next is None)
+            assert c_reads.read == py_reads.read, (j, depth, b)
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_native_sets_equal_python_sets(name):
+    c_tab, py_tab = _pair(name)
+    rng = random.Random(name)
+    for _ in range(12):
+        _walk(c_tab, py_tab, rng, 60)
+
+
+def test_split_lexemes_with_ignore_agree():
+    c_tab, py_tab = _pair("split", max_states=12)   # small DFAs: X is split, its items glued
+    assert py_tab.any_glued
+    rng = random.Random(7)
+    for _ in range(20):
+        _walk(c_tab, py_tab, rng, 120)
+
+
+def test_signatures_agree():
+    """Signatures read the sets' Python views: equal for the two implementations."""
+    c_tab, py_tab = _pair("json")
+    rng = random.Random(3)
+    for _ in range(5):
+        c_chart, py_chart = _walk(c_tab, py_tab, rng, 40)
+        for j in range(len(c_chart)):
+            sig = {}
+            assert (c_tab.signature_of(c_chart[j], j, lambda o: sig.setdefault(o, o))
+                    == py_tab.signature_of(py_chart[j], j, lambda o: sig.setdefault(o, o)))
+
+
+def test_inside_lexemes_and_bad_arguments():
+    c_tab, _ = _pair("json")
+    s = c_tab.initial_set()
+    scans = dict(s.scans)
+    inner = c_tab.inside_lexemes(scans)
+    assert dict(inner.scans) == scans and not inner.items and not inner.n_items
+    with pytest.raises(ValueError):
+        c_tab.step([s], 256)
+    with pytest.raises(ValueError):
+        c_tab.step([], 65)
+    with pytest.raises(ValueError):
+        c_tab.inside_lexemes({(10**6, 0): frozenset({0})})
+    with pytest.raises(TypeError):
+        c_tab.step([object()], 65)
+
+
+@pytest.mark.skipif(not earley.NATIVE, reason="GRAMGEN_NATIVE=0: the Python recogniser was asked for")
+def test_compiled_grammars_use_the_native_recogniser():
+    cg = gramgen.compile(gramgen.Grammar.builtin("json"), gramgen.Vocabulary([bytes([b]) for b in range(256)] + [b""], eos_token_ids=[256]))
+    assert cg.tables.native is not None
+    assert type(cg.matcher()._chart[-1]).__name__ == "Set"
+
+
+MASK_GRAMMARS = ["json", "python", "sql", "split", "schema", "ambiguous"]
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama2"])
+@pytest.mark.parametrize("name", MASK_GRAMMARS)
+def test_native_masks_equal_python_masks(name, tokenizer, monkeypatch):
+    """Masks (the native exit walk over the native sets) equal those of the Python
+    implementation along random walks of allowed tokens."""
+    from conftest import vocabulary
+
+    vocab = vocabulary(tokenizer)
+    options = {"max_dfa_states": 12} if name == "split" else {}
+    native = gramgen.compile(GRAMMARS[name](), vocab, **options)
+    monkeypatch.setattr(earley, "NATIVE", False)
+    python = gramgen.compile(GRAMMARS[name](), vocab, **options)
+    monkeypatch.undo()
+    assert native.tables.native is not None and python.tables.native is None
+    rng = random.Random(f"{name}/{tokenizer}")
+    for _ in range(3):
+        a, b = native.matcher(), python.matcher()
+        for _ in range(25):
+            mask = a.mask()
+            assert (mask == b.mask()).all(), (name, a.text_bytes())
+            allowed = [t for t in mask.nonzero()[0].tolist() if t not in vocab.eos_token_ids]
+            if not allowed:
+                break
+            t = rng.choice(allowed)
+            a.advance(t)
+            b.advance(t)
