@@ -191,6 +191,8 @@ typedef struct {
     uint8_t *is_ignore;  /* [n_lex] */
     int32_t *ignore;     /* [n_ignore] */
     uint64_t *follow;    /* [n_lex * 4]: bytes that may come right after each lexeme */
+    int32_t *item_class; /* [n_items_total]: the class signatures name an item by */
+    uint8_t *relevant;   /* [n_items_total]: whether an item counts in signatures */
     Lex *lex;
     Py_buffer *views;    /* 2 per lexeme: transitions and accepting */
     int32_t n_views;
@@ -273,6 +275,8 @@ tables_dealloc(Tables *t)
     PyMem_Free(t->is_ignore);
     PyMem_Free(t->ignore);
     PyMem_Free(t->follow);
+    PyMem_Free(t->item_class);
+    PyMem_Free(t->relevant);
     if (t->lex) {
         for (int32_t k = 0; k < t->n_lex; k++) {
             PyMem_Free(t->lex[k].first);
@@ -347,17 +351,18 @@ bool_array(PyObject *seq_o, Py_ssize_t expect, const char *what)
 }
 
 /* Tables(N, item_next, item_lhs, nullable, rules_of, transitions, accepting, is_ignore,
- *        glued, accept_item, follow): follow holds 32 bytes per lexeme, the little-endian
- *        bitmask of the bytes that may come right after it (ParserTables.follow_bytes) */
+ *        glued, accept_item, follow, item_class, relevant_item): follow holds 32 bytes per
+ *        lexeme, the little-endian bitmask of the bytes that may come right after it
+ *        (ParserTables.follow_bytes); the last two name items in signatures */
 static PyObject *
 tables_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     int N, accept_item;
     PyObject *item_next_o, *item_lhs_o, *nullable_o, *rules_of_o, *trans_o, *acc_o, *ignore_o, *glued_o;
-    PyObject *follow_o;
-    if (!PyArg_ParseTuple(args, "iOOOOO!O!OOiO!", &N, &item_next_o, &item_lhs_o, &nullable_o, &rules_of_o,
+    PyObject *follow_o, *class_o, *relevant_o;
+    if (!PyArg_ParseTuple(args, "iOOOOO!O!OOiO!OO", &N, &item_next_o, &item_lhs_o, &nullable_o, &rules_of_o,
                           &PyTuple_Type, &trans_o, &PyTuple_Type, &acc_o, &ignore_o, &glued_o, &accept_item,
-                          &PyBytes_Type, &follow_o))
+                          &PyBytes_Type, &follow_o, &class_o, &relevant_o))
         return NULL;
     Tables *t = (Tables *)type->tp_alloc(type, 0);
     if (!t)
@@ -380,6 +385,17 @@ tables_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto fail;
     if (!(t->glued = bool_array(glued_o, n_items, "glued")))
         goto fail;
+    if (!(t->relevant = bool_array(relevant_o, n_items, "relevant_item")))
+        goto fail;
+    {
+        Py_ssize_t n_class;
+        if (!(t->item_class = int_array(class_o, &n_class, "item_class")))
+            goto fail;
+        if (n_class != n_items) {
+            PyErr_SetString(PyExc_ValueError, "item_class: one entry per item");
+            goto fail;
+        }
+    }
     if (!(t->is_ignore = bool_array(ignore_o, n_lex, "is_ignore")))
         goto fail;
     for (Py_ssize_t i = 0; i < n_items; i++) {
@@ -804,10 +820,10 @@ advance_over(IVec *agenda, Set *s, int32_t sym, int32_t origin)
     return 0;
 }
 
-/* scans under construction: (lexeme, state) -> sorted origins, in order of first insertion */
+/* scans under construction: (lexeme, state) -> sorted origins, in order of first insertion;
+ * the origins of every entry live in one pool (a merge writes a fresh run at its end) */
 typedef struct {
-    int32_t k, q;
-    IVec origins;
+    int32_t k, q, off, n;
 } SEntry;
 
 typedef struct {
@@ -815,16 +831,26 @@ typedef struct {
     int32_t n, cap;
     int32_t *slot;   /* hash (k, q) -> entry index + 1 */
     int32_t scap;
+    IVec pool;
 } ScanBuilder;
 
 static void
 sb_free(ScanBuilder *b)
 {
-    for (int32_t i = 0; i < b->n; i++)
-        ivec_free(&b->e[i].origins);
     PyMem_Free(b->e);
     PyMem_Free(b->slot);
+    ivec_free(&b->pool);
     memset(b, 0, sizeof(*b));
+}
+
+/* empty, keeping the memory (for the next step of a walk) */
+static void
+sb_reset(ScanBuilder *b)
+{
+    b->n = 0;
+    b->pool.n = 0;
+    if (b->slot)
+        memset(b->slot, 0, (size_t)b->scap * sizeof(int32_t));
 }
 
 static int
@@ -848,7 +874,8 @@ sb_rehash(ScanBuilder *b, int32_t cap)
     return 0;
 }
 
-/* add sorted, distinct origins[0..n) to the scan (k, q) */
+/* add sorted, distinct origins[0..n) to the scan (k, q) (origins must not point into the
+ * builder's own pool) */
 static int
 sb_add(ScanBuilder *b, int32_t k, int32_t q, const int32_t *origins, int32_t n)
 {
@@ -875,30 +902,33 @@ sb_add(ScanBuilder *b, int32_t k, int32_t q, const int32_t *origins, int32_t n)
             b->e = ne;
             b->cap = cap;
         }
+        if (ivec_reserve(&b->pool, n) < 0)
+            return -1;
         e = &b->e[b->n];
         e->k = k;
         e->q = q;
-        memset(&e->origins, 0, sizeof(IVec));
+        e->off = (int32_t)b->pool.n;
+        e->n = n;
+        memcpy(b->pool.a + b->pool.n, origins, (size_t)n * sizeof(int32_t));
+        b->pool.n += n;
         b->slot[p] = ++b->n;
-        if (ivec_reserve(&e->origins, n) < 0)
-            return -1;
-        memcpy(e->origins.a, origins, (size_t)n * sizeof(int32_t));
-        e->origins.n = n;
         return 0;
     }
-    /* merge two sorted runs */
-    IVec *v = &e->origins;
-    if (n == 1 && v->n && v->a[v->n - 1] < origins[0])
-        return ivec_push(v, origins[0]);
-    if (ivec_reserve(v, n) < 0)
-        return -1;
-    int32_t *old = PyMem_Malloc((size_t)(v->n ? v->n : 1) * sizeof(int32_t));
-    if (!old) {
-        PyErr_NoMemory();
-        return -1;
+    /* the entry's run is last in the pool and the new origins all come after it: append */
+    if (e->off + e->n == b->pool.n && (!e->n || b->pool.a[e->off + e->n - 1] < origins[0])) {
+        if (ivec_reserve(&b->pool, n) < 0)
+            return -1;
+        memcpy(b->pool.a + b->pool.n, origins, (size_t)n * sizeof(int32_t));
+        b->pool.n += n;
+        e->n += n;
+        return 0;
     }
-    memcpy(old, v->a, (size_t)v->n * sizeof(int32_t));
-    Py_ssize_t i = 0, j = 0, m = v->n, out = 0;
+    /* merge the two sorted runs into a fresh run at the end of the pool */
+    if (ivec_reserve(&b->pool, e->n + n) < 0)
+        return -1;
+    const int32_t *old = b->pool.a + e->off;
+    int32_t *dst = b->pool.a + b->pool.n;
+    int32_t i = 0, j = 0, m = e->n, out = 0;
     while (i < m || j < n) {
         int32_t x;
         if (j >= n || (i < m && old[i] < origins[j]))
@@ -909,10 +939,11 @@ sb_add(ScanBuilder *b, int32_t k, int32_t q, const int32_t *origins, int32_t n)
             x = old[i++];
             j++;
         }
-        v->a[out++] = x;
+        dst[out++] = x;
     }
-    v->n = out;
-    PyMem_Free(old);
+    e->off = (int32_t)b->pool.n;
+    e->n = out;
+    b->pool.n += out;
     return 0;
 }
 
@@ -933,7 +964,7 @@ set_build(Tables *t, const IVec *items, Pred *pred, const ScanBuilder *b)
 {
     Py_ssize_t n_origins = 0;
     for (int32_t i = 0; i < b->n; i++)
-        n_origins += b->e[i].origins.n;
+        n_origins += b->e[i].n;
     int32_t n_items = items ? (int32_t)(items->n / 2) : 0;
     Set *s = set_alloc(t, n_items, b->n, n_origins);
     if (!s)
@@ -952,38 +983,68 @@ set_build(Tables *t, const IVec *items, Pred *pred, const ScanBuilder *b)
         s->scans[i].lexeme = e->k;
         s->scans[i].state = e->q;
         s->scans[i].off = off;
-        s->scans[i].n = (int32_t)e->origins.n;
-        memcpy(s->origins + off, e->origins.a, (size_t)e->origins.n * sizeof(int32_t));
-        off += (int32_t)e->origins.n;
+        s->scans[i].n = e->n;
+        memcpy(s->origins + off, b->pool.a + e->off, (size_t)e->n * sizeof(int32_t));
+        off += e->n;
     }
     return s;
 }
 
+/* The buffers of a step, kept across the steps of a walk (a step finishes, its set copied
+ * out, before the next one starts). */
+typedef struct {
+    ScanBuilder b;
+    IVec agenda, items, roots;
+    HSet seen;
+    uint64_t *is_root;
+} Scratch;
+
+static void
+scratch_free(Scratch *sc)
+{
+    sb_free(&sc->b);
+    ivec_free(&sc->agenda);
+    ivec_free(&sc->items);
+    ivec_free(&sc->roots);
+    PyMem_Free(sc->seen.keys);
+    PyMem_Free(sc->is_root);
+    memset(sc, 0, sizeof(*sc));
+}
+
 /* Complete from the agenda (kernel items) and predict, into the set at position
- * len(chart); `b` holds the scans so far and receives the lexemes started here. */
+ * len(chart); sc->b holds the scans so far and receives the lexemes started here. */
 static Set *
-closure(Tables *t, Chart *chart, IVec *agenda, ScanBuilder *b)
+closure(Tables *t, Chart *chart, Scratch *sc)
 {
     Py_ssize_t j = chart_len(chart);
     int32_t N = t->N;
-    HSet seen = {0};
-    IVec items = {0}, roots = {0};
-    size_t words = ((size_t)t->n_sym + 63) / 64;
-    uint64_t *is_root = PyMem_Calloc(words ? words : 1, sizeof(uint64_t));
-    Set *out = NULL;
-    if (!is_root) {
-        PyErr_NoMemory();
-        goto done;
+    IVec *agenda = &sc->agenda, *items = &sc->items, *roots = &sc->roots;
+    ScanBuilder *b = &sc->b;
+    HSet *seen = &sc->seen;
+    items->n = roots->n = 0;
+    if (seen->n) {
+        memset(seen->keys, 0xff, seen->cap * sizeof(uint64_t));
+        seen->n = 0;
     }
+    if (!sc->is_root) {
+        size_t words = ((size_t)t->n_sym + 63) / 64;
+        sc->is_root = PyMem_Calloc(words ? words : 1, sizeof(uint64_t));
+        if (!sc->is_root) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+    }
+    uint64_t *is_root = sc->is_root;
+    Set *out = NULL;
     while (agenda->n) {
         int32_t origin = agenda->a[--agenda->n];
         int32_t it = agenda->a[--agenda->n];
-        int r = hset_add(&seen, ((uint64_t)(uint32_t)it << 32) | (uint32_t)origin);
+        int r = hset_add(seen, ((uint64_t)(uint32_t)it << 32) | (uint32_t)origin);
         if (r < 0)
             goto done;
         if (!r)
             continue;
-        if (ivec_push2(&items, it, origin) < 0)
+        if (ivec_push2(items, it, origin) < 0)
             goto done;
         int32_t sym = t->item_next[it];
         if (sym == END) {
@@ -996,25 +1057,25 @@ closure(Tables *t, Chart *chart, IVec *agenda, ScanBuilder *b)
         }
         if (!(is_root[sym >> 6] >> (sym & 63) & 1)) {
             is_root[sym >> 6] |= (uint64_t)1 << (sym & 63);
-            if (ivec_push(&roots, sym) < 0)
+            if (ivec_push(roots, sym) < 0)
                 goto done;
         }
         if (t->nullable[sym] && ivec_push2(agenda, it + 1, origin) < 0)
             goto done;
     }
     Pred *pred = NULL;
-    if (roots.n) {
-        qsort(roots.a, (size_t)roots.n, sizeof(int32_t), cmp_int);
+    if (roots->n) {
+        qsort(roots->a, (size_t)roots->n, sizeof(int32_t), cmp_int);
         int32_t n_nt = 0;
-        while (n_nt < roots.n && roots.a[n_nt] < N)
+        while (n_nt < roots->n && roots->a[n_nt] < N)
             n_nt++;
-        if (n_nt && !(pred = prediction(t, roots.a, n_nt)))
+        if (n_nt && !(pred = prediction(t, roots->a, n_nt)))
             goto done;
     }
-    if (items.n) {
+    if (items->n) {
         int32_t here = (int32_t)j;
-        for (Py_ssize_t x = 0; x < roots.n; x++)
-            if (roots.a[x] >= N && sb_add(b, roots.a[x] - N, 0, &here, 1) < 0)
+        for (Py_ssize_t x = 0; x < roots->n; x++)
+            if (roots->a[x] >= N && sb_add(b, roots->a[x] - N, 0, &here, 1) < 0)
                 goto done;
         if (pred)
             for (int32_t x = 0; x < pred->n_lex; x++)
@@ -1023,19 +1084,18 @@ closure(Tables *t, Chart *chart, IVec *agenda, ScanBuilder *b)
         if (t->n_ignore) {
             /* ignored lexemes start where an item outside split lexemes is */
             int start = !t->any_glued;
-            for (Py_ssize_t x = 0; !start && x < items.n; x += 2)
-                start = !t->glued[items.a[x]];
+            for (Py_ssize_t x = 0; !start && x < items->n; x += 2)
+                start = !t->glued[items->a[x]];
             for (int32_t x = 0; start && x < t->n_ignore; x++)
                 if (sb_add(b, t->ignore[x], 0, &here, 1) < 0)
                     goto done;
         }
     }
-    out = set_build(t, &items, pred, b);
+    out = set_build(t, items, pred, b);
 done:
-    PyMem_Free(seen.keys);
-    ivec_free(&items);
-    ivec_free(&roots);
-    PyMem_Free(is_root);
+    for (Py_ssize_t x = 0; x < roots->n; x++)
+        is_root[roots->a[x] >> 6] = 0;
+    agenda->n = 0;
     return out;
 }
 
@@ -1087,7 +1147,7 @@ allowed(Set *s)
 /* The set after `byte` at the end of the chart: *out (a new reference), or NULL when no
  * parse survives it; -1 on an error. */
 static int
-step_core(Tables *t, Chart *chart, int byte, Set **out)
+step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
 {
     *out = NULL;
     Py_ssize_t n = chart_len(chart);
@@ -1102,30 +1162,29 @@ step_core(Tables *t, Chart *chart, int byte, Set **out)
     if (!(cur->nb[byte >> 6] >> (byte & 63) & 1))
         return 0;
     Py_INCREF(cur);
-    ScanBuilder b = {0};
-    IVec agenda = {0};
+    ScanBuilder *b = &sc->b;
+    sb_reset(b);
+    sc->agenda.n = 0;
     int rc = -1;
     for (int32_t i = 0; i < cur->n_scans; i++) {
-        const Scan *sc = &cur->scans[i];
-        Lex *L = &t->lex[sc->lexeme];
-        int32_t q2 = L->trans[256 * (size_t)sc->state + byte];
+        const Scan *s = &cur->scans[i];
+        Lex *L = &t->lex[s->lexeme];
+        int32_t q2 = L->trans[256 * (size_t)s->state + byte];
         if (q2 < 0)
             continue;
-        const int32_t *origins = cur->origins + sc->off;
-        if (sb_add(&b, sc->lexeme, q2, origins, sc->n) < 0)
+        const int32_t *origins = cur->origins + s->off;
+        if (sb_add(b, s->lexeme, q2, origins, s->n) < 0)
             goto done;
-        if (L->accept[q2] && complete(t, &agenda, chart, sc->lexeme, origins, sc->n) < 0)
+        if (L->accept[q2] && complete(t, &sc->agenda, chart, s->lexeme, origins, s->n) < 0)
             goto done;
     }
-    if (b.n) {
-        *out = agenda.n ? closure(t, chart, &agenda, &b) : set_build(t, NULL, NULL, &b);
+    if (b->n) {
+        *out = sc->agenda.n ? closure(t, chart, sc) : set_build(t, NULL, NULL, b);
         if (!*out)
             goto done;
     }
     rc = 0;
 done:
-    sb_free(&b);
-    ivec_free(&agenda);
     Py_DECREF(cur);
     return rc;
 }
@@ -1147,7 +1206,11 @@ tables_step(Tables *t, PyObject *const *args, Py_ssize_t nargs)
     Chart chart;
     chart_of_list(&chart, args[0]);
     Set *out;
-    if (step_core(t, &chart, (int)byte, &out) < 0)
+    Scratch sc;
+    memset(&sc, 0, sizeof(sc));
+    int rc = step_core(t, &chart, (int)byte, &out, &sc);
+    scratch_free(&sc);
+    if (rc < 0)
         return NULL;
     if (!out)
         Py_RETURN_NONE;
@@ -1170,13 +1233,12 @@ tables_initial_set(Tables *t, PyObject *arg)
         return NULL;
     Chart chart;
     chart_of_list(&chart, list);
-    ScanBuilder b = {0};
-    IVec agenda = {0};
+    Scratch sc;
+    memset(&sc, 0, sizeof(sc));
     PyObject *out = NULL;
-    if (ivec_push2(&agenda, (int32_t)first, 0) == 0)
-        out = (PyObject *)closure(t, &chart, &agenda, &b);
-    sb_free(&b);
-    ivec_free(&agenda);
+    if (ivec_push2(&sc.agenda, (int32_t)first, 0) == 0)
+        out = (PyObject *)closure(t, &chart, &sc);
+    scratch_free(&sc);
     Py_DECREF(list);
     return out;
 }
@@ -1202,11 +1264,11 @@ tables_complete_closure(Tables *t, PyObject *args)
     if (!origins)
         return NULL;
     qsort(origins, (size_t)n, sizeof(int32_t), cmp_int);
-    ScanBuilder b = {0};
-    IVec agenda = {0};
+    Scratch sc;
+    memset(&sc, 0, sizeof(sc));
     PyObject *out = NULL;
-    if (complete(t, &agenda, &chart, k, origins, (int32_t)n) == 0) {
-        Set *s = closure(t, &chart, &agenda, &b);
+    if (complete(t, &sc.agenda, &chart, k, origins, (int32_t)n) == 0) {
+        Set *s = closure(t, &chart, &sc);
         if (s) {
             Py_DECREF(s);
             out = Py_None;
@@ -1214,8 +1276,7 @@ tables_complete_closure(Tables *t, PyObject *args)
         }
     }
     PyMem_Free(origins);
-    sb_free(&b);
-    ivec_free(&agenda);
+    scratch_free(&sc);
     return out;
 }
 
@@ -1336,6 +1397,7 @@ typedef struct {
     long long steps;   /* parser steps taken */
     int32_t *live;     /* scratch for lexeme_pass, one entry per scan of a set */
     Py_ssize_t cap_live;
+    Scratch sc;        /* the buffers of its steps */
 } Walk;
 
 static inline int
@@ -1560,7 +1622,7 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far)
             w->chart.read = 0;
             Set *next;
             w->steps++;
-            if (step_core(w->t, &w->chart, b, &next) < 0)
+            if (step_core(w->t, &w->chart, b, &next, &w->sc) < 0)
                 return -1;
             int newly = !far && w->chart.read;
             for (int32_t x = i; newly && x < j; x++)
@@ -1710,6 +1772,7 @@ done:
         Py_DECREF(w.chart.stack[i]);
     PyMem_Free(w.chart.stack);
     PyMem_Free(w.live);
+    scratch_free(&w.sc);
     ivec_free(&w.found);
     ivec_free(&w.beyond);
     PyMem_Free(far);
@@ -1719,6 +1782,207 @@ done:
         PyBuffer_Release(&bb);
     if (ob.obj)
         PyBuffer_Release(&ob);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * signatures (see ParserTables.signature_of)
+ */
+
+#define SIG_SELF (-1)
+
+typedef struct {
+    PyObject *source;   /* a chart (list: the .sig of its sets) or a callable */
+    Py_ssize_t j;
+    int32_t *pos;       /* a small memo: position -> signature */
+    int64_t *val;
+    int32_t n, cap;
+} SigOf;
+
+static int
+sig_of(SigOf *c, int32_t o, int64_t *out)
+{
+    if (o == c->j) {
+        *out = SIG_SELF;
+        return 0;
+    }
+    for (int32_t i = 0; i < c->n; i++)
+        if (c->pos[i] == o) {
+            *out = c->val[i];
+            return 0;
+        }
+    PyObject *v;
+    if (PyList_Check(c->source)) {
+        if (o < 0 || o >= PyList_GET_SIZE(c->source)) {
+            PyErr_Format(PyExc_IndexError, "no chart set %d", (int)o);
+            return -1;
+        }
+        PyObject *x = PyList_GET_ITEM(c->source, o);
+        if (Py_TYPE(x) == &SetType) {
+            v = ((Set *)x)->sig ? ((Set *)x)->sig : Py_None;
+            Py_INCREF(v);
+        } else {
+            v = PyObject_GetAttrString(x, "sig");
+        }
+    } else {
+        PyObject *arg = PyLong_FromLong(o);
+        v = arg ? PyObject_CallOneArg(c->source, arg) : NULL;
+        Py_XDECREF(arg);
+    }
+    if (!v)
+        return -1;
+    if (v == Py_None) {
+        Py_DECREF(v);
+        PyErr_Format(PyExc_ValueError, "chart set %d has no signature yet", (int)o);
+        return -1;
+    }
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "a signature does not fit 64 bits");
+        return -1;
+    }
+    if (c->n == c->cap) {
+        int32_t cap = c->cap ? 2 * c->cap : 16;
+        int32_t *pos = PyMem_Realloc(c->pos, (size_t)cap * sizeof(int32_t));
+        if (pos)
+            c->pos = pos;
+        int64_t *val = pos ? PyMem_Realloc(c->val, (size_t)cap * sizeof(int64_t)) : NULL;
+        if (!pos || !val) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->val = val;
+        c->cap = cap;
+    }
+    c->pos[c->n] = o;
+    c->val[c->n++] = x;
+    *out = x;
+    return 0;
+}
+
+static int
+cmp_i64pair(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    if (x[0] != y[0])
+        return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int
+cmp_scan_order(const void *a, const void *b)
+{
+    /* by (-1 - lexeme, state): lexemes descending, then states ascending */
+    const Scan *x = *(Scan *const *)a, *y = *(Scan *const *)b;
+    if (x->lexeme != y->lexeme)
+        return x->lexeme > y->lexeme ? -1 : 1;
+    return x->state < y->state ? -1 : x->state > y->state;
+}
+
+/* signature_of(set, j, sig_of): the same tuple as ParserTables.signature_of; sig_of is the
+ * chart (each origin's set's .sig) or a callable position -> signature */
+static PyObject *
+tables_signature_of(Tables *t, PyObject *args)
+{
+    PyObject *set_o, *source;
+    Py_ssize_t j;
+    if (!PyArg_ParseTuple(args, "OnO", &set_o, &j, &source))
+        return NULL;
+    Set *s = as_set(set_o);
+    if (!s)
+        return NULL;
+    SigOf c = {source, j, NULL, NULL, 0, 0};
+    int64_t *pairs = PyMem_Malloc((size_t)(2 * s->n_items + 1) * sizeof(int64_t));
+    Scan **order = PyMem_Malloc((size_t)(s->n_scans + 1) * sizeof(Scan *));
+    int64_t *osig = NULL;
+    PyObject *out = NULL;
+    int32_t max_origins = 1;
+    for (int32_t i = 0; i < s->n_scans; i++)
+        if (s->scans[i].n > max_origins)
+            max_origins = s->scans[i].n;
+    osig = PyMem_Malloc((size_t)max_origins * sizeof(int64_t));
+    if (!pairs || !order || !osig) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int32_t np = 0;
+    for (int32_t i = 0; i < s->n_items; i++) {
+        if (!t->relevant[s->items[i].it])
+            continue;
+        int64_t sg;
+        if (sig_of(&c, s->items[i].origin, &sg) < 0)
+            goto done;
+        pairs[2 * np] = t->item_class[s->items[i].it];
+        pairs[2 * np + 1] = sg;
+        np++;
+    }
+    qsort(pairs, (size_t)np, 2 * sizeof(int64_t), cmp_i64pair);
+    int32_t nd = 0;
+    for (int32_t i = 0; i < np; i++)
+        if (!nd || pairs[2 * nd - 2] != pairs[2 * i] || pairs[2 * nd - 1] != pairs[2 * i + 1]) {
+            pairs[2 * nd] = pairs[2 * i];
+            pairs[2 * nd + 1] = pairs[2 * i + 1];
+            nd++;
+        }
+    for (int32_t i = 0; i < s->n_scans; i++)
+        order[i] = &s->scans[i];
+    qsort(order, (size_t)s->n_scans, sizeof(Scan *), cmp_scan_order);
+    out = PyTuple_New(s->n_scans + nd);
+    if (!out)
+        goto done;
+    for (int32_t i = 0; i < s->n_scans; i++) {
+        const Scan *sc = order[i];
+        int32_t m = 0;
+        for (int32_t x = 0; x < sc->n; x++)
+            if (sig_of(&c, s->origins[sc->off + x], &osig[m++]) < 0)
+                goto fail;
+        qsort(osig, (size_t)m, sizeof(int64_t), cmp_i64);
+        int32_t u = 0;
+        for (int32_t x = 0; x < m; x++)
+            if (!u || osig[u - 1] != osig[x])
+                osig[u++] = osig[x];
+        PyObject *sigs = PyTuple_New(u);
+        if (!sigs)
+            goto fail;
+        for (int32_t x = 0; x < u; x++) {
+            PyObject *v = PyLong_FromLongLong(osig[x]);
+            if (!v) {
+                Py_DECREF(sigs);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(sigs, x, v);
+        }
+        PyObject *part = Py_BuildValue("(iiN)", -1 - sc->lexeme, sc->state, sigs);
+        if (!part)
+            goto fail;
+        PyTuple_SET_ITEM(out, i, part);
+    }
+    for (int32_t i = 0; i < nd; i++) {
+        PyObject *part = Py_BuildValue("(LL)", (long long)pairs[2 * i], (long long)pairs[2 * i + 1]);
+        if (!part)
+            goto fail;
+        PyTuple_SET_ITEM(out, s->n_scans + i, part);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyMem_Free(pairs);
+    PyMem_Free(order);
+    PyMem_Free(osig);
+    PyMem_Free(c.pos);
+    PyMem_Free(c.val);
     return out;
 }
 
@@ -1734,6 +1998,8 @@ static PyMethodDef tables_methods[] = {
      "allowed_bytes(set): bitmask of the bytes that can follow"},
     {"is_accepting", (PyCFunction)tables_is_accepting, METH_O, "is_accepting(set)"},
     {"n_predictions", (PyCFunction)tables_n_predictions, METH_NOARGS, "cached predictions"},
+    {"signature_of", (PyCFunction)tables_signature_of, METH_VARARGS,
+     "signature_of(set, j, sig_of): ParserTables.signature_of; sig_of: the chart or a callable"},
     {"walk_exits", (PyCFunction)tables_walk_exits, METH_VARARGS,
      "walk_exits(chart, far, ranks, blob, offsets) -> (found, beyond, steps)"},
     {NULL}

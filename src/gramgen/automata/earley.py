@@ -119,6 +119,11 @@ class EarleySet:
         self.next_bytes = -1    # lazily: bit b set iff byte b can come next
         self.local = None       # lazily: depth -> local signature (see LocalSignatures)
 
+    @property
+    def n_items(self) -> int:
+        """The number of kernel items (what the native sets answer without a Python set)."""
+        return len(self.items)
+
 
 _NO_PRED: dict = {}
 
@@ -213,7 +218,8 @@ class ParserTables:
                 N, self.item_next, self.item_lhs, self.nullable, self.rules_of,
                 tuple(d.transitions for d in lex_dfas), tuple(d.accepting for d in lex_dfas),
                 self.is_ignore, self.glued, self.accept_item,
-                b"".join(f.to_bytes(32, "little") for f in self.follow_bytes))
+                b"".join(f.to_bytes(32, "little") for f in self.follow_bytes),
+                self.item_class, self.relevant_item)
             # the hot entry points go straight to C (instance attributes shadow the methods)
             self.step = self.native.step
             self.allowed_bytes = self.native.allowed_bytes
@@ -475,12 +481,16 @@ class ParserTables:
         scans, and, through origins, on the sets those refer to; origins are replaced by
         their own signatures, so equal signatures mean isomorphic charts.
         """
+        if self.native is not None:
+            return intern(self.native.signature_of(chart[j], j, chart))
         return intern(self.signature_of(chart[j], j, lambda o: chart[o].sig))
 
     def signature_of(self, s: EarleySet, j: int, sig_of) -> tuple:
         """The relevant content of set ``s`` (at position ``j``) as a sorted tuple, with
         every other set it refers to replaced by ``sig_of(position)``; the set itself is
         written ``_SELF``."""
+        if self.native is not None:
+            return self.native.signature_of(s, j, sig_of)
         relevant, cls = self.relevant_item, self.item_class
         parts = list({(cls[it], _SELF if o == j else sig_of(o)) for it, o in s.items if relevant[it]})
         for (k, q), origins in s.scans.items():

@@ -321,7 +321,7 @@ class Matcher:
                 del chart[n:]
                 return False
             chart.append(s)
-            if sign and (s.items or i == last):   # (as advance: masks read them)
+            if sign and (s.n_items or i == last):   # (as advance: masks read them)
                 s.sig = tables.signature(chart, len(chart) - 1, intern)
         return True
 
@@ -414,7 +414,7 @@ class Matcher:
     def _compute_words(self, cur) -> np.ndarray:
         cg = self._cg
         classes = [cg.classes.lexeme_tokens(k, q) for k, q in cur.scans]
-        if cur.items or not cg.INSIDE_NEIGHBORS or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
+        if cur.n_items or not cg.INSIDE_NEIGHBORS or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
             return self._full_words(cur, classes)
         found = self._inside_context(cur)
         if found is None:
