@@ -194,3 +194,13 @@ def test_native_masks_equal_python_masks(name, tokenizer, monkeypatch):
             t = rng.choice(allowed)
             a.advance(t)
             b.advance(t)
+
+
+def test_sets_of_another_grammar_are_refused():
+    json_tab, _ = _pair("json")
+    sql_tab, _ = _pair("sql")
+    s = sql_tab.initial_set()
+    with pytest.raises(TypeError, match="this grammar"):
+        json_tab.step([s], ord("{"))
+    with pytest.raises(TypeError, match="this grammar"):
+        json_tab.allowed_bytes(s)

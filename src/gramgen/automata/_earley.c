@@ -667,7 +667,7 @@ fail:
 static Set *
 set_alloc(Tables *t, int32_t n_items, int32_t n_scans, Py_ssize_t n_origins)
 {
-    Set *s = PyObject_GC_New(Set, &SetType);
+    Set *s = PyObject_New(Set, &SetType);
     if (!s)
         return NULL;
     s->tables = t;
@@ -690,23 +690,13 @@ set_alloc(Tables *t, int32_t n_items, int32_t n_scans, Py_ssize_t n_origins)
     s->items = (KItem *)block;
     s->scans = (Scan *)(block + (size_t)n_items * sizeof(KItem));
     s->origins = (int32_t *)(block + (size_t)n_items * sizeof(KItem) + (size_t)n_scans * sizeof(Scan));
-    PyObject_GC_Track(s);
     return s;
 }
 
-static int
-set_traverse(Set *s, visitproc visit, void *arg)
-{
-    Py_VISIT(s->sig);
-    Py_VISIT(s->local);
-    Py_VISIT(s->py_items);
-    Py_VISIT(s->py_waiting);
-    Py_VISIT(s->py_scans);
-    Py_VISIT(s->py_nb);
-    return 0;
-}
-
-static int
+/* Sets are not tracked by the garbage collector: what they refer to (signatures, the
+ * views of ints and tuples of ints) never refers back to a set, and a generation keeps
+ * thousands of them alive. */
+static void
 set_clear(Set *s)
 {
     Py_CLEAR(s->sig);
@@ -715,22 +705,21 @@ set_clear(Set *s)
     Py_CLEAR(s->py_waiting);
     Py_CLEAR(s->py_scans);
     Py_CLEAR(s->py_nb);
-    return 0;
 }
 
 static void
 set_dealloc(Set *s)
 {
-    PyObject_GC_UnTrack(s);
     set_clear(s);
     PyMem_Free(s->items);
     Py_XDECREF(s->tables);
-    PyObject_GC_Del(s);
+    PyObject_Del(s);
 }
 
 /* A chart: the Python list of sets, then (during a walk) sets pushed on a C stack. A read
  * of a list position marked in `far` is noted in `read` (see walk_exits). */
 typedef struct {
+    Tables *tables;     /* whose sets it holds */
     PyObject *list;
     Py_ssize_t n_list;
     Set **stack;
@@ -746,9 +735,10 @@ chart_len(const Chart *c)
 }
 
 static void
-chart_of_list(Chart *c, PyObject *list)
+chart_of_list(Chart *c, Tables *t, PyObject *list)
 {
     memset(c, 0, sizeof(*c));
+    c->tables = t;
     c->list = list;
     c->n_list = PyList_GET_SIZE(list);
 }
@@ -767,7 +757,7 @@ get_set(Chart *c, Py_ssize_t o)
     if (c->far && c->far[o])
         c->read = 1;
     PyObject *x = PyList_GET_ITEM(c->list, o);
-    if (Py_TYPE(x) == &SetType)
+    if (Py_TYPE(x) == &SetType && ((Set *)x)->tables == c->tables)
         return (Set *)x;
     PyObject *y = PyObject_GetAttr(x, str_native_self);
     if (!y && PyErr_ExceptionMatches(PyExc_AttributeError)) {
@@ -776,9 +766,9 @@ get_set(Chart *c, Py_ssize_t o)
     }
     if (!y)
         return NULL;
-    if (Py_TYPE(y) != &SetType) {
+    if (Py_TYPE(y) != &SetType || ((Set *)y)->tables != c->tables) {
         Py_DECREF(y);
-        PyErr_Format(PyExc_TypeError, "chart position %zd holds no parser set", o);
+        PyErr_Format(PyExc_TypeError, "chart position %zd holds no parser set of this grammar", o);
         return NULL;
     }
     Py_DECREF(y);
@@ -1204,7 +1194,7 @@ tables_step(Tables *t, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Chart chart;
-    chart_of_list(&chart, args[0]);
+    chart_of_list(&chart, t, args[0]);
     Set *out;
     Scratch sc;
     memset(&sc, 0, sizeof(sc));
@@ -1232,7 +1222,7 @@ tables_initial_set(Tables *t, PyObject *arg)
     if (!list)
         return NULL;
     Chart chart;
-    chart_of_list(&chart, list);
+    chart_of_list(&chart, t, list);
     Scratch sc;
     memset(&sc, 0, sizeof(sc));
     PyObject *out = NULL;
@@ -1254,7 +1244,7 @@ tables_complete_closure(Tables *t, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!iO", &PyList_Type, &list, &k, &origins_o))
         return NULL;
     Chart chart;
-    chart_of_list(&chart, list);
+    chart_of_list(&chart, t, list);
     if (k < 0 || k >= t->n_lex) {
         PyErr_SetString(PyExc_ValueError, "lexeme out of range");
         return NULL;
@@ -1320,24 +1310,27 @@ done:
     return out;
 }
 
+/* `o` as a set of these tables (or what a stand-in for one forwards to) */
 static Set *
-as_set(PyObject *o)
+as_set(Tables *t, PyObject *o)
 {
-    if (Py_TYPE(o) == &SetType)
-        return (Set *)o;
-    PyObject *y = PyObject_GetAttr(o, str_native_self);
-    if (!y && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+    Set *s = NULL;
+    if (Py_TYPE(o) == &SetType) {
+        s = (Set *)o;
+    } else {
+        PyObject *y = PyObject_GetAttr(o, str_native_self);
+        if (!y && !PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "not a parser set");
+        if (y && Py_TYPE(y) == &SetType)
+            s = (Set *)y;   /* kept alive by `o` */
+        Py_XDECREF(y);
     }
-    if (!y)
-        return NULL;
-    Py_DECREF(y);   /* kept alive by `o` */
-    if (Py_TYPE(y) != &SetType) {
-        PyErr_SetString(PyExc_TypeError, "not a parser set");
+    if (!s || s->tables != t) {
+        PyErr_SetString(PyExc_TypeError, "not a parser set of this grammar");
         return NULL;
     }
-    return (Set *)y;
+    return s;
 }
 
 static PyObject *
@@ -1360,14 +1353,14 @@ nb_int(Set *s)
 static PyObject *
 tables_allowed_bytes(Tables *t, PyObject *o)
 {
-    Set *s = as_set(o);
+    Set *s = as_set(t, o);
     return s ? nb_int(s) : NULL;
 }
 
 static PyObject *
 tables_is_accepting(Tables *t, PyObject *o)
 {
-    Set *s = as_set(o);
+    Set *s = as_set(t, o);
     if (!s)
         return NULL;
     for (int32_t i = 0; i < s->n_items && s->items[i].sym == END; i++)
@@ -1698,7 +1691,7 @@ tables_walk_exits(Tables *t, PyObject *args)
     Walk w;
     memset(&w, 0, sizeof(w));
     w.t = t;
-    chart_of_list(&w.chart, list);
+    chart_of_list(&w.chart, t, list);
     if (!w.chart.n_list) {
         PyErr_SetString(PyExc_ValueError, "walk_exits() on an empty chart");
         return NULL;
@@ -1899,7 +1892,7 @@ tables_signature_of(Tables *t, PyObject *args)
     Py_ssize_t j;
     if (!PyArg_ParseTuple(args, "OnO", &set_o, &j, &source))
         return NULL;
-    Set *s = as_set(set_o);
+    Set *s = as_set(t, set_o);
     if (!s)
         return NULL;
     SigOf c = {source, j, NULL, NULL, 0, 0};
@@ -2036,7 +2029,10 @@ set_get_items(Set *s, void *unused)
             }
             Py_DECREF(pair);
         }
-        s->py_items = out;
+        if (s->py_items)   /* made meanwhile (a collection ran Python code) */
+            Py_DECREF(out);
+        else
+            s->py_items = out;
     }
     Py_INCREF(s->py_items);
     return s->py_items;
@@ -2069,7 +2065,10 @@ set_get_waiting(Set *s, void *unused)
                 return NULL;
             }
         }
-        s->py_waiting = out;
+        if (s->py_waiting)   /* made meanwhile (a collection ran Python code) */
+            Py_DECREF(out);
+        else
+            s->py_waiting = out;
     }
     Py_INCREF(s->py_waiting);
     return s->py_waiting;
@@ -2107,7 +2106,10 @@ set_get_pred(Set *s, void *unused)
             }
             lo = hi;
         }
-        p->py = out;
+        if (p->py)
+            Py_DECREF(out);
+        else
+            p->py = out;
     }
     Py_INCREF(p->py);
     return p->py;
@@ -2138,7 +2140,10 @@ set_get_scans(Set *s, void *unused)
                 return NULL;
             }
         }
-        s->py_scans = out;
+        if (s->py_scans)   /* made meanwhile (a collection ran Python code) */
+            Py_DECREF(out);
+        else
+            s->py_scans = out;
     }
     Py_INCREF(s->py_scans);
     return s->py_scans;
@@ -2185,10 +2190,8 @@ static PyTypeObject SetType = {
     .tp_name = "gramgen.automata._earley.Set",
     .tp_basicsize = sizeof(Set),
     .tp_dealloc = (destructor)set_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "An Earley set (immutable, built by Tables.step).",
-    .tp_traverse = (traverseproc)set_traverse,
-    .tp_clear = (inquiry)set_clear,
     .tp_getset = set_getset,
     .tp_members = set_members,
 };
