@@ -204,3 +204,28 @@ def test_sets_of_another_grammar_are_refused():
         json_tab.step([s], ord("{"))
     with pytest.raises(TypeError, match="this grammar"):
         json_tab.allowed_bytes(s)
+
+
+@pytest.mark.parametrize("name", ["json", "python", "ambiguous"])
+def test_try_texts_equals_stepping_each_text(name):
+    """try_texts (the texts walked in sorted order, sharing their prefixes) answers what
+    stepping each text alone through the Python tables answers."""
+    c_tab, py_tab = _pair(name)
+    rng = random.Random(name)
+    c_chart, py_chart = _walk(c_tab, py_tab, rng, 8)
+    alphabet = b'{}[]",:0123456789 abe\n\t()+x_-.'
+    texts = [b""] + [bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 6))) for _ in range(300)]
+    texts += [t[:k] for t in texts[:40] for k in range(len(t))]   # shared prefixes
+    got = c_tab.native.try_texts(c_chart, texts)
+
+    def takes(text):
+        chart = list(py_chart)
+        for b in text:
+            s = py_tab.step(chart, b)
+            if s is None:
+                return False
+            chart.append(s)
+        return True
+
+    assert list(got) == [int(takes(t)) for t in texts]
+    assert any(got) and not all(got)

@@ -1979,6 +1979,109 @@ done:
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * try_texts: which byte strings the parser takes after the chart
+ */
+
+typedef struct {
+    const uint8_t *data;
+    Py_ssize_t len, idx;
+} Text;
+
+static int
+cmp_text(const void *a, const void *b)
+{
+    const Text *x = a, *y = b;
+    Py_ssize_t m = x->len < y->len ? x->len : y->len;
+    int d = memcmp(x->data, y->data, (size_t)m);
+    if (d)
+        return d;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* try_texts(chart, texts) -> bytes: 1 where every byte of the text (a bytes object) can be
+ * stepped after the chart, else 0, in the order of texts; texts sharing a start share its
+ * steps (they are walked in sorted order on a stack of sets). */
+static PyObject *
+tables_try_texts(Tables *t, PyObject *args)
+{
+    PyObject *list, *texts_o;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &list, &texts_o))
+        return NULL;
+    PyObject *seq = PySequence_Fast(texts_o, "texts must be a sequence of bytes");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Chart chart;
+    chart_of_list(&chart, t, list);
+    Scratch sc;
+    memset(&sc, 0, sizeof(sc));
+    Text *texts = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Text));
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (!texts || !out) {
+        if (!texts)
+            PyErr_NoMemory();
+        goto fail;
+    }
+    if (!chart.n_list) {
+        PyErr_SetString(PyExc_ValueError, "try_texts() on an empty chart");
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(x)) {
+            PyErr_SetString(PyExc_TypeError, "texts must be bytes");
+            goto fail;
+        }
+        texts[i].data = (const uint8_t *)PyBytes_AS_STRING(x);
+        texts[i].len = PyBytes_GET_SIZE(x);
+        texts[i].idx = i;
+    }
+    qsort(texts, (size_t)n, sizeof(Text), cmp_text);
+    char *res = PyBytes_AS_STRING(out);
+    const Text *prev = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Text *cur = &texts[i];
+        Py_ssize_t common = 0;
+        if (prev) {
+            Py_ssize_t m = prev->len < cur->len ? prev->len : cur->len;
+            while (common < m && prev->data[common] == cur->data[common])
+                common++;
+        }
+        if (common > chart.n_stack)
+            common = chart.n_stack;   /* the previous text died there */
+        while (chart.n_stack > common)
+            Py_DECREF(chart.stack[--chart.n_stack]);
+        int ok = 1;
+        for (Py_ssize_t pos = common; pos < cur->len; pos++) {
+            Set *next;
+            if (step_core(t, &chart, cur->data[pos], &next, &sc) < 0)
+                goto fail;
+            if (!next) {
+                ok = 0;
+                break;
+            }
+            if (chart_push(&chart, next) < 0) {
+                Py_DECREF(next);
+                goto fail;
+            }
+        }
+        res[cur->idx] = (char)ok;
+        prev = cur;
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    for (Py_ssize_t i = 0; i < chart.n_stack; i++)
+        Py_DECREF(chart.stack[i]);
+    PyMem_Free(chart.stack);
+    scratch_free(&sc);
+    PyMem_Free(texts);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef tables_methods[] = {
     {"step", (PyCFunction)(void (*)(void))tables_step, METH_FASTCALL,
      "step(chart, byte): the set after byte, or None if no parse survives it"},
@@ -1993,6 +2096,8 @@ static PyMethodDef tables_methods[] = {
     {"n_predictions", (PyCFunction)tables_n_predictions, METH_NOARGS, "cached predictions"},
     {"signature_of", (PyCFunction)tables_signature_of, METH_VARARGS,
      "signature_of(set, j, sig_of): ParserTables.signature_of; sig_of: the chart or a callable"},
+    {"try_texts", (PyCFunction)tables_try_texts, METH_VARARGS,
+     "try_texts(chart, texts) -> bytes: 1 where the parser takes every byte of the text"},
     {"walk_exits", (PyCFunction)tables_walk_exits, METH_VARARGS,
      "walk_exits(chart, far, ranks, blob, offsets) -> (found, beyond, steps)"},
     {NULL}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._lru import LRU
 from ..automata import bitmask
 from ..errors import TokenRejected
 from ..grammar.lark import BRACKET_NEWLINE, DEDENT_MARKER, INDENT_MARKER
@@ -205,6 +206,9 @@ def ending(layout: Layout) -> bytes | None:
 class _TokenLayout:
     """Per vocabulary: what the layout needs to know of every token."""
 
+    #: layouts whose scans of the line-end tokens are kept
+    SCAN_LAYOUTS = 256
+
     def __init__(self, vocab):
         n = vocab.size
         self.has_line_end = np.zeros(n, dtype=bool)   # holds \n or \r: scanned one by one
@@ -230,6 +234,9 @@ class _TokenLayout:
             self.lead_kind[t] = 0 if i == len(data) else (1 if data[i] in (_HASH, _NL, _CR) else 2)
         self.scanned = np.flatnonzero(self.has_line_end)
         self.no_marker_words = bitmask.pack(~self.has_marker)
+        #: (layout, tokens) -> what the scanner feeds the chart for each token (see
+        #: IndentedMatcher._try_all): the same tokens recur under the same layouts
+        self.scans: LRU = LRU(self.SCAN_LAYOUTS)
 
 
 _token_layouts: dict = {}
@@ -276,6 +283,28 @@ class IndentedMatcher(Matcher):
         common prefixes: bool per token."""
         vocab = self._cg.vocab
         chart = self._chart
+        native = self._tables.native
+        if native is not None:
+            # scan each token whole (the scanner is a transducer: the same bytes as byte by
+            # byte; per layout, cached for the vocabulary), then let the native parser try
+            # the scanned texts, sharing their prefixes
+            layout = self._layouts[-1]
+            facts = token_layout(vocab)
+            key = (layout, tokens.size, int(tokens[0]) if tokens.size else -1)
+            found = facts.scans.get(key)
+            if found is None or not np.array_equal(found[0], tokens):
+                fed, where = [], []
+                for i, t in enumerate(tokens.tolist()):
+                    step = scan(layout, vocab.token_bytes(t))
+                    if step is not None:
+                        fed.append(step[1])
+                        where.append(i)
+                found = (tokens, fed, np.array(where, dtype=np.int64))
+                facts.scans.put(key, found)
+            _, fed, where = found
+            out = np.zeros(len(tokens), dtype=bool)
+            out[where] = np.frombuffer(native.try_texts(chart, fed), dtype=bool)
+            return out
         base = len(chart)
         datas = sorted((vocab.token_bytes(t), i) for i, t in enumerate(tokens.tolist()))
         out = np.zeros(len(datas), dtype=bool)
