@@ -275,3 +275,42 @@ def test_matcher_after_reuses_documents():
     assert np.array_equal(a.mask(), b.mask())
     with pytest.raises(gramgen.TextRejected):
         cg.matcher_after(text + "  )")
+
+
+def _token_layout_by_loop(vocab):
+    """The per-token layout facts, token by token (the reference for _TokenLayout)."""
+    from gramgen.runtime import indenter as I
+
+    n = vocab.size
+    facts = (np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int8))
+    for t in range(n):
+        data = vocab.token_bytes(t)
+        if t in vocab.special_ids or not data:
+            continue
+        facts[0][t] = b"\n" in data or b"\r" in data
+        facts[1][t] = max(data) >= I.BRACKET_NEWLINE
+        i, w = 0, 0
+        while i < len(data) and data[i] in (32, 9):
+            w += 1 if data[i] == 32 else I.TAB_WIDTH
+            i += 1
+        facts[2][t] = w
+        facts[3][t] = 0 if i == len(data) else (1 if data[i] in (35, 10, 13) else 2)
+    return facts
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama2", None])
+def test_token_layout_facts_equal_the_per_token_loop(tokenizer):
+    from gramgen.runtime.indenter import _TokenLayout
+
+    if tokenizer is None:   # tabs, markers, blank-line starts, empty and special tokens
+        tokens = [b"  x", b"\t\t#c", b" \n", b"\r\n  ", b"\xfe", b"a\xfd", b"", b"    ", b"\t", b"#", b"ab",
+                  b" \t \x00", b"\n\n\n", b"</s>"]
+        vocab = gramgen.Vocabulary(tokens, eos_token_ids=[13], special_ids=[13])
+    else:
+        from conftest import vocabulary
+
+        vocab = vocabulary(tokenizer)
+    facts = _TokenLayout(vocab)
+    want = _token_layout_by_loop(vocab)
+    for got, expected in zip((facts.has_line_end, facts.has_marker, facts.lead_width, facts.lead_kind), want):
+        assert (got == expected).all()

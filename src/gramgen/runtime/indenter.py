@@ -36,6 +36,7 @@ import numpy as np
 
 from .._lru import LRU
 from ..automata import bitmask
+from ..automata.token_table import token_table_for
 from ..errors import TokenRejected
 from ..grammar.lark import BRACKET_NEWLINE, DEDENT_MARKER, INDENT_MARKER
 from .matcher import Matcher
@@ -217,21 +218,24 @@ class _TokenLayout:
         # after the leading spaces/tabs: 0 nothing (whitespace only), 1 a comment or line
         # end (the line is blank), 2 anything else (the line starts: indentation decided)
         self.lead_kind = np.zeros(n, dtype=np.int8)
-        special = vocab.special_ids
-        for t in range(n):
-            if t in special:
-                continue
-            data = vocab.token_bytes(t)
-            if not data:
-                continue
-            self.has_line_end[t] = b"\n" in data or b"\r" in data
-            self.has_marker[t] = max(data) >= BRACKET_NEWLINE
-            i, w = 0, 0
-            while i < len(data) and data[i] in (_SPACE, _TAB):
-                w += 1 if data[i] == _SPACE else TAB_WIDTH
-                i += 1
-            self.lead_width[t] = w
-            self.lead_kind[t] = 0 if i == len(data) else (1 if data[i] in (_HASH, _NL, _CR) else 2)
+        # over the vocabulary's bytes end to end (the token table: non-empty, non-special
+        # tokens, in byte order), a few vector passes instead of a loop per token
+        tt = token_table_for(vocab)
+        ids, lengths = tt.rank_to_id, tt.lengths
+        if ids.size:
+            blob = np.asarray(tt.blob, dtype=np.uint8)
+            starts = tt.offsets[:-1]
+            self.has_line_end[ids] = np.logical_or.reduceat((blob == _NL) | (blob == _CR), starts)
+            self.has_marker[ids] = np.maximum.reduceat(blob, starts) >= BRACKET_NEWLINE
+            is_ws = (blob == _SPACE) | (blob == _TAB)
+            within = np.arange(blob.size) - np.repeat(starts, lengths)
+            lead = np.minimum(np.minimum.reduceat(np.where(is_ws, blob.size, within), starts), lengths)
+            widths = np.concatenate([[0], np.cumsum(np.where(blob == _SPACE, 1, np.where(blob == _TAB, TAB_WIDTH, 0)))])
+            self.lead_width[ids] = widths[starts + lead] - widths[starts]
+            after = blob[np.minimum(starts + lead, blob.size - 1)]
+            kind = np.where((after == _HASH) | (after == _NL) | (after == _CR), 1, 2).astype(np.int8)
+            kind[lead == lengths] = 0
+            self.lead_kind[ids] = kind
         self.scanned = np.flatnonzero(self.has_line_end)
         self.no_marker_words = bitmask.pack(~self.has_marker)
         #: (layout, tokens) -> what the scanner feeds the chart for each token (see
