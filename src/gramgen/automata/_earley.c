@@ -2118,6 +2118,21 @@ static PyTypeObject TablesType = {
  * the Python views of a set
  */
 
+/* The view in *slot, made by `made` when there was none (a new reference, or NULL on an
+ * error); another one made meanwhile (a collection ran Python code) is kept instead. */
+static PyObject *
+keep_view(PyObject **slot, PyObject *made)
+{
+    if (!made && !*slot)
+        return NULL;
+    if (*slot)
+        Py_XDECREF(made);
+    else
+        *slot = made;
+    Py_INCREF(*slot);
+    return *slot;
+}
+
 static PyObject *
 set_get_items(Set *s, void *unused)
 {
@@ -2134,10 +2149,7 @@ set_get_items(Set *s, void *unused)
             }
             Py_DECREF(pair);
         }
-        if (s->py_items)   /* made meanwhile (a collection ran Python code) */
-            Py_DECREF(out);
-        else
-            s->py_items = out;
+        return keep_view(&s->py_items, out);
     }
     Py_INCREF(s->py_items);
     return s->py_items;
@@ -2170,10 +2182,7 @@ set_get_waiting(Set *s, void *unused)
                 return NULL;
             }
         }
-        if (s->py_waiting)   /* made meanwhile (a collection ran Python code) */
-            Py_DECREF(out);
-        else
-            s->py_waiting = out;
+        return keep_view(&s->py_waiting, out);
     }
     Py_INCREF(s->py_waiting);
     return s->py_waiting;
@@ -2211,10 +2220,7 @@ set_get_pred(Set *s, void *unused)
             }
             lo = hi;
         }
-        if (p->py)
-            Py_DECREF(out);
-        else
-            p->py = out;
+        return keep_view(&p->py, out);
     }
     Py_INCREF(p->py);
     return p->py;
@@ -2245,10 +2251,7 @@ set_get_scans(Set *s, void *unused)
                 return NULL;
             }
         }
-        if (s->py_scans)   /* made meanwhile (a collection ran Python code) */
-            Py_DECREF(out);
-        else
-            s->py_scans = out;
+        return keep_view(&s->py_scans, out);
     }
     Py_INCREF(s->py_scans);
     return s->py_scans;
