@@ -1477,12 +1477,6 @@ chart_push(Chart *c, Set *s)
 #define PASS_INTS (4 << 20)
 
 static int
-cmp_pair32(const void *a, const void *b)
-{
-    return cmp_pair(a, b);
-}
-
-static int
 cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
 {
     Tables *t = w->t;
@@ -1498,7 +1492,7 @@ cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
         states[2 * i] = cur->scans[i].lexeme;
         states[2 * i + 1] = cur->scans[i].state;
     }
-    qsort(states, (size_t)ns, 2 * sizeof(int32_t), cmp_pair32);
+    qsort(states, (size_t)ns, 2 * sizeof(int32_t), cmp_pair);
     uint64_t h = roots_hash(states, 2 * ns) * 31 + (uint64_t)depth;
     h = h * 1099511628211ULL ^ roots_hash(rs, *n);
     if (t->pass_cap) {
