@@ -34,6 +34,20 @@ def unpack(words: np.ndarray, vocab_size: int) -> np.ndarray:
     return bits[:vocab_size].view(bool)
 
 
+_SHIFTS = np.arange(32, dtype=np.uint32)
+
+
+def positions(words: np.ndarray, limit: int) -> np.ndarray:
+    """The indices (below ``limit``, ascending) of the set bits of ``words``: only the
+    non-zero words are expanded, so a sparse mask of a large vocabulary costs little."""
+    nz = np.flatnonzero(words)
+    if not nz.size:
+        return nz
+    rows, cols = np.nonzero((words[nz].astype(np.uint32, copy=False)[:, None] >> _SHIFTS) & 1)
+    out = nz[rows] * 32 + cols
+    return out[out < limit] if out[-1] >= limit else out
+
+
 def set_bits(words: np.ndarray, ids) -> None:
     """Set the bits of token ``ids`` in place."""
     ids = np.asarray(ids, dtype=np.int64)

@@ -481,7 +481,7 @@ class Matcher:
                 part = lt.exits & long_ranks
                 exits = part if exits is None else np.bitwise_or(exits, part, out=exits)
         if exits is not None and exits.any():
-            cands = np.flatnonzero(bitmask.unpack(exits, len(tt.sorted_bytes)))
+            cands = bitmask.positions(exits, len(tt.sorted_bytes))
             ids = tt.rank_to_id[cands]
             known = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
             cands = cands[known == 0]
@@ -501,7 +501,7 @@ class Matcher:
             if lt.n_exits:
                 exits = lt.exits.copy() if exits is None else np.bitwise_or(exits, lt.exits, out=exits)
         if exits is not None:
-            cands = np.flatnonzero(bitmask.unpack(exits, len(tt.sorted_bytes)))
+            cands = bitmask.positions(exits, len(tt.sorted_bytes))
             ids = tt.rank_to_id[cands]
             known = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
             cands = cands[known == 0]
