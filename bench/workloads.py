@@ -2,7 +2,7 @@
 
 json        src/gramgen/grammars/json.lark (gramgen; peers may use their builtin JSON grammar) + `valid`
             JSONSchemaBench instances (top-level object/array, `json.dumps` default separators)
-python      src/gramgen/grammars/python.lark + tests/data/python/*.py
+python      src/gramgen/grammars/python_subset.lark (--python-grammar) + tests/data/python/*.py
 jsonschema  JSONSchemaBench dev split (../shared/data/jsonschemabench/<category>/dev.jsonl):
             every library compiles each schema and walks its valid and invalid instances,
             serialized compactly with object keys in schema declaration order (see
