@@ -148,17 +148,18 @@ hset_add(HSet *h, uint64_t k)
  */
 
 typedef struct {
+    uint64_t hash;    /* first: the entry of a PtrTable */
     int32_t n_roots, n, n_lex;
     int32_t *roots;   /* the key: sorted nonterminals */
     int32_t *sym;     /* n: symbol after the dot, sorted ... */
     int32_t *item;    /* ... and the predicted item */
     int32_t *lex;     /* n_lex: lexemes that start here (symbols >= N, minus N) */
-    uint64_t hash;
     PyObject *py;     /* the dict symbol -> tuple of items, made on first use */
 } Pred;
 
+/* an FNV-1a hash of n ints */
 static uint64_t
-roots_hash(const int32_t *r, int32_t n)
+ints_hash(const int32_t *r, int32_t n)
 {
     uint64_t h = 1469598103934665603ULL;
     for (int32_t i = 0; i < n; i++) {
@@ -166,6 +167,50 @@ roots_hash(const int32_t *r, int32_t n)
         h *= 1099511628211ULL;
     }
     return h ^ (uint64_t)n;
+}
+
+/* A hash table of pointers to entries whose first field is their uint64_t hash, open
+ * addressing; lookups walk the probe sequence from ptab_first themselves (each cache
+ * compares its own keys). */
+typedef struct {
+    void **slot;
+    size_t cap, count;
+} PtrTable;
+
+static inline uint64_t
+entry_hash(const void *e)
+{
+    return *(const uint64_t *)e;
+}
+
+static int
+ptab_insert(PtrTable *t, void *e)
+{
+    if ((t->count + 1) * 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        void **slot = PyMem_Calloc(cap, sizeof(void *));
+        if (!slot) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t i = 0; i < t->cap; i++) {
+            if (!t->slot[i])
+                continue;
+            size_t p = hmix(entry_hash(t->slot[i])) & (cap - 1);
+            while (slot[p])
+                p = (p + 1) & (cap - 1);
+            slot[p] = t->slot[i];
+        }
+        PyMem_Free(t->slot);
+        t->slot = slot;
+        t->cap = cap;
+    }
+    size_t p = hmix(entry_hash(e)) & (t->cap - 1);
+    while (t->slot[p])
+        p = (p + 1) & (t->cap - 1);
+    t->slot[p] = e;
+    t->count++;
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -196,10 +241,9 @@ typedef struct {
     Lex *lex;
     Py_buffer *views;    /* 2 per lexeme: transitions and accepting */
     int32_t n_views;
-    Pred **ptab;         /* prediction cache, open addressing */
-    size_t pcap, pcount;
-    struct PassEntry **pass_tab;   /* lexeme passes of big token groups (see cached_pass) */
-    size_t pass_cap, pass_count, pass_ints;
+    PtrTable preds;      /* Pred: the prediction cache */
+    PtrTable passes;     /* PassEntry: lexeme passes of big token groups (see cached_pass) */
+    size_t pass_ints;    /* ints held by the passes */
 } Tables;
 
 typedef struct {
@@ -241,8 +285,8 @@ pred_free(Pred *p)
     PyMem_Free(p);
 }
 
-typedef struct PassEntry {
-    uint64_t hash;
+typedef struct {
+    uint64_t hash;    /* first: the entry of a PtrTable */
     int32_t depth, n_states, n_in, n_found, n_kept;
     int32_t *data;   /* states (2 * n_states), in, found, kept */
 } PassEntry;
@@ -250,16 +294,14 @@ typedef struct PassEntry {
 static void
 pass_clear(Tables *t)
 {
-    if (t->pass_tab) {
-        for (size_t i = 0; i < t->pass_cap; i++)
-            if (t->pass_tab[i]) {
-                PyMem_Free(t->pass_tab[i]->data);
-                PyMem_Free(t->pass_tab[i]);
-            }
-        PyMem_Free(t->pass_tab);
-    }
-    t->pass_tab = NULL;
-    t->pass_cap = t->pass_count = t->pass_ints = 0;
+    for (size_t i = 0; i < t->passes.cap; i++)
+        if (t->passes.slot[i]) {
+            PyMem_Free(((PassEntry *)t->passes.slot[i])->data);
+            PyMem_Free(t->passes.slot[i]);
+        }
+    PyMem_Free(t->passes.slot);
+    memset(&t->passes, 0, sizeof(PtrTable));
+    t->pass_ints = 0;
 }
 
 static void
@@ -290,11 +332,9 @@ tables_dealloc(Tables *t)
                 PyBuffer_Release(&t->views[i]);
         PyMem_Free(t->views);
     }
-    if (t->ptab) {
-        for (size_t i = 0; i < t->pcap; i++)
-            pred_free(t->ptab[i]);
-        PyMem_Free(t->ptab);
-    }
+    for (size_t i = 0; i < t->preds.cap; i++)
+        pred_free(t->preds.slot[i]);
+    PyMem_Free(t->preds.slot);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
@@ -545,47 +585,18 @@ cmp_int(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int
-pcache_insert(Tables *t, Pred *p)
-{
-    if ((t->pcount + 1) * 2 > t->pcap) {
-        size_t cap = t->pcap ? t->pcap * 2 : 64;
-        Pred **tab = PyMem_Calloc(cap, sizeof(Pred *));
-        if (!tab) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (size_t i = 0; i < t->pcap; i++) {
-            Pred *q = t->ptab[i];
-            if (!q)
-                continue;
-            size_t s = hmix(q->hash) & (cap - 1);
-            while (tab[s])
-                s = (s + 1) & (cap - 1);
-            tab[s] = q;
-        }
-        PyMem_Free(t->ptab);
-        t->ptab = tab;
-        t->pcap = cap;
-    }
-    size_t s = hmix(p->hash) & (t->pcap - 1);
-    while (t->ptab[s])
-        s = (s + 1) & (t->pcap - 1);
-    t->ptab[s] = p;
-    t->pcount++;
-    return 0;
-}
-
 /* The prediction of the sorted nonterminals roots[0..n): looked up, or made and cached. */
 static Pred *
 prediction(Tables *t, int32_t *roots, int32_t n)
 {
-    uint64_t h = roots_hash(roots, n);
-    if (t->pcap) {
-        size_t s = hmix(h) & (t->pcap - 1);
-        for (Pred *p; (p = t->ptab[s]); s = (s + 1) & (t->pcap - 1))
+    uint64_t h = ints_hash(roots, n);
+    if (t->preds.cap) {
+        size_t mask = t->preds.cap - 1;
+        for (size_t s = hmix(h) & mask; t->preds.slot[s]; s = (s + 1) & mask) {
+            Pred *p = t->preds.slot[s];
             if (p->hash == h && p->n_roots == n && !memcmp(p->roots, roots, (size_t)n * sizeof(int32_t)))
                 return p;
+        }
     }
     int32_t N = t->N;
     uint8_t *seen = PyMem_Calloc((size_t)N + (size_t)t->n_items_total + 1, 1);
@@ -646,7 +657,7 @@ prediction(Tables *t, int32_t *roots, int32_t n)
         if (sym >= N && (x == 0 || items.a[2 * x - 2] != sym))
             p->lex[p->n_lex++] = sym - N;
     }
-    if (pcache_insert(t, p) < 0)
+    if (ptab_insert(&t->preds, p) < 0)
         goto fail;
     PyMem_Free(seen);
     ivec_free(&stack);
@@ -743,6 +754,29 @@ chart_of_list(Chart *c, Tables *t, PyObject *list)
     c->n_list = PyList_GET_SIZE(list);
 }
 
+/* `o` as a set of these tables (or what a stand-in for one forwards to) */
+static Set *
+as_set(Tables *t, PyObject *o)
+{
+    Set *s = NULL;
+    if (Py_TYPE(o) == &SetType) {
+        s = (Set *)o;
+    } else {
+        PyObject *y = PyObject_GetAttr(o, str_native_self);
+        if (!y && !PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+        if (y && Py_TYPE(y) == &SetType)
+            s = (Set *)y;   /* kept alive by `o` */
+        Py_XDECREF(y);
+    }
+    if (!s || s->tables != t) {
+        PyErr_SetString(PyExc_TypeError, "not a parser set of this grammar");
+        return NULL;
+    }
+    return s;
+}
+
 /* The set at position o: a Set, or what a stand-in (earley._Far) returns for _native_self
  * (borrowed: the chart, or the stand-in in it, keeps it alive). */
 static Set *
@@ -756,23 +790,7 @@ get_set(Chart *c, Py_ssize_t o)
     }
     if (c->far && c->far[o])
         c->read = 1;
-    PyObject *x = PyList_GET_ITEM(c->list, o);
-    if (Py_TYPE(x) == &SetType && ((Set *)x)->tables == c->tables)
-        return (Set *)x;
-    PyObject *y = PyObject_GetAttr(x, str_native_self);
-    if (!y && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "chart position %zd holds no parser set", o);
-    }
-    if (!y)
-        return NULL;
-    if (Py_TYPE(y) != &SetType || ((Set *)y)->tables != c->tables) {
-        Py_DECREF(y);
-        PyErr_Format(PyExc_TypeError, "chart position %zd holds no parser set of this grammar", o);
-        return NULL;
-    }
-    Py_DECREF(y);
-    return (Set *)y;
+    return as_set(c->tables, PyList_GET_ITEM(c->list, o));
 }
 
 /* Earley's completer: the items of `s` (at position `origin`) waiting on `sym`, advanced
@@ -1310,29 +1328,6 @@ done:
     return out;
 }
 
-/* `o` as a set of these tables (or what a stand-in for one forwards to) */
-static Set *
-as_set(Tables *t, PyObject *o)
-{
-    Set *s = NULL;
-    if (Py_TYPE(o) == &SetType) {
-        s = (Set *)o;
-    } else {
-        PyObject *y = PyObject_GetAttr(o, str_native_self);
-        if (!y && !PyErr_ExceptionMatches(PyExc_AttributeError))
-            return NULL;
-        PyErr_Clear();
-        if (y && Py_TYPE(y) == &SetType)
-            s = (Set *)y;   /* kept alive by `o` */
-        Py_XDECREF(y);
-    }
-    if (!s || s->tables != t) {
-        PyErr_SetString(PyExc_TypeError, "not a parser set of this grammar");
-        return NULL;
-    }
-    return s;
-}
-
 static PyObject *
 nb_int(Set *s)
 {
@@ -1368,13 +1363,6 @@ tables_is_accepting(Tables *t, PyObject *o)
             Py_RETURN_TRUE;
     Py_RETURN_FALSE;
 }
-
-static PyObject *
-tables_n_predictions(Tables *t, PyObject *unused)
-{
-    return PyLong_FromSize_t(t->pcount);
-}
-
 
 /* ---------------------------------------------------------------------------------------
  * the exit walk: which tokens the parser accepts after the chart
@@ -1493,12 +1481,12 @@ cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
         states[2 * i + 1] = cur->scans[i].state;
     }
     qsort(states, (size_t)ns, 2 * sizeof(int32_t), cmp_pair);
-    uint64_t h = roots_hash(states, 2 * ns) * 31 + (uint64_t)depth;
-    h = h * 1099511628211ULL ^ roots_hash(rs, *n);
-    if (t->pass_cap) {
-        size_t mask = t->pass_cap - 1;
-        for (size_t p = hmix(h) & mask; t->pass_tab[p]; p = (p + 1) & mask) {
-            PassEntry *e = t->pass_tab[p];
+    uint64_t h = ints_hash(states, 2 * ns) * 31 + (uint64_t)depth;
+    h = h * 1099511628211ULL ^ ints_hash(rs, *n);
+    if (t->passes.cap) {
+        size_t mask = t->passes.cap - 1;
+        for (size_t p = hmix(h) & mask; t->passes.slot[p]; p = (p + 1) & mask) {
+            PassEntry *e = t->passes.slot[p];
             if (e->hash != h || e->depth != depth || e->n_states != ns || e->n_in != *n ||
                 memcmp(e->data, states, (size_t)(2 * ns) * sizeof(int32_t)) ||
                 memcmp(e->data + 2 * ns, rs, (size_t)*n * sizeof(int32_t)))
@@ -1545,33 +1533,11 @@ cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
     e->data = data;
     if (t->pass_ints + total > PASS_INTS)
         pass_clear(t);
-    if ((t->pass_count + 1) * 2 > t->pass_cap) {
-        size_t cap = t->pass_cap ? 2 * t->pass_cap : 64;
-        PassEntry **tab = PyMem_Calloc(cap, sizeof(PassEntry *));
-        if (!tab) {
-            PyMem_Free(data);
-            PyMem_Free(e);
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (size_t i = 0; i < t->pass_cap; i++) {
-            PassEntry *o = t->pass_tab[i];
-            if (!o)
-                continue;
-            size_t p = hmix(o->hash) & (cap - 1);
-            while (tab[p])
-                p = (p + 1) & (cap - 1);
-            tab[p] = o;
-        }
-        PyMem_Free(t->pass_tab);
-        t->pass_tab = tab;
-        t->pass_cap = cap;
+    if (ptab_insert(&t->passes, e) < 0) {
+        PyMem_Free(data);
+        PyMem_Free(e);
+        return -1;
     }
-    size_t p = hmix(h) & (t->pass_cap - 1);
-    while (t->pass_tab[p])
-        p = (p + 1) & (t->pass_cap - 1);
-    t->pass_tab[p] = e;
-    t->pass_count++;
     t->pass_ints += total;
     return 0;
 }
@@ -2087,7 +2053,6 @@ static PyMethodDef tables_methods[] = {
     {"allowed_bytes", (PyCFunction)tables_allowed_bytes, METH_O,
      "allowed_bytes(set): bitmask of the bytes that can follow"},
     {"is_accepting", (PyCFunction)tables_is_accepting, METH_O, "is_accepting(set)"},
-    {"n_predictions", (PyCFunction)tables_n_predictions, METH_NOARGS, "cached predictions"},
     {"signature_of", (PyCFunction)tables_signature_of, METH_VARARGS,
      "signature_of(set, j, sig_of): ParserTables.signature_of; sig_of: the chart or a callable"},
     {"try_texts", (PyCFunction)tables_try_texts, METH_VARARGS,
@@ -2264,19 +2229,12 @@ set_get_n_items(Set *s, void *unused)
     return PyLong_FromLong(s->n_items);
 }
 
-static PyObject *
-set_get_next_bytes(Set *s, void *unused)
-{
-    return nb_int(s);
-}
-
 static PyGetSetDef set_getset[] = {
     {"items", (getter)set_get_items, NULL, "frozenset of the kernel items (item, origin)", NULL},
     {"waiting", (getter)set_get_waiting, NULL, "symbol -> kernel items before it", NULL},
     {"pred", (getter)set_get_pred, NULL, "symbol -> predicted items before it", NULL},
     {"scans", (getter)set_get_scans, NULL, "(lexeme, DFA state) -> frozenset of origins", NULL},
     {"n_items", (getter)set_get_n_items, NULL, "the number of kernel items", NULL},
-    {"next_bytes", (getter)set_get_next_bytes, NULL, "bitmask of the bytes that can follow", NULL},
     {"_native_self", (getter)set_get_self, NULL, "this set (what a stand-in forwards to)", NULL},
     {NULL}
 };
