@@ -238,9 +238,27 @@ class _TokenLayout:
             self.lead_kind[ids] = kind
         self.scanned = np.flatnonzero(self.has_line_end)
         self.no_marker_words = bitmask.pack(~self.has_marker)
-        #: (layout, tokens) -> what the scanner feeds the chart for each token (see
-        #: IndentedMatcher._try_all): the same tokens recur under the same layouts
-        self.scans: LRU = LRU(self.SCAN_LAYOUTS)
+        self._vocab = vocab
+        #: layout -> what the scanner feeds the chart for each of the scanned tokens (see
+        #: :meth:`scanned_texts`): the same layouts recur
+        self._scans: LRU = LRU(self.SCAN_LAYOUTS)
+
+    def scanned_texts(self, layout: Layout) -> tuple[list[bytes], np.ndarray]:
+        """For the tokens of :attr:`scanned` under ``layout``: the bytes the scanner feeds
+        the chart for each one it does not refuse, and their indices in ``scanned``. Each
+        token is scanned whole (the scanner is a transducer: the same bytes as byte by
+        byte); cached per layout."""
+        found = self._scans.get(layout)
+        if found is None:
+            fed, where = [], []
+            for i, t in enumerate(self.scanned.tolist()):
+                step = scan(layout, self._vocab.token_bytes(t))
+                if step is not None:
+                    fed.append(step[1])
+                    where.append(i)
+            found = (fed, np.array(where, dtype=np.int64))
+            self._scans.put(layout, found)
+        return found
 
 
 _token_layouts: dict = {}
@@ -282,30 +300,17 @@ class IndentedMatcher(Matcher):
         del self._chart[n:]
         return ok
 
-    def _try_all(self, tokens: np.ndarray) -> np.ndarray:
-        """:meth:`_try` for each of ``tokens`` (sorted by their bytes), sharing the work of
-        common prefixes: bool per token."""
+    def _try_all(self) -> np.ndarray:
+        """:meth:`_try` for each of the tokens that hold a line end (``scanned`` of the
+        vocabulary's layout facts), sharing the work of common prefixes: bool per token."""
         vocab = self._cg.vocab
         chart = self._chart
+        facts = token_layout(vocab)
+        tokens = facts.scanned
         native = self._tables.native
         if native is not None:
-            # scan each token whole (the scanner is a transducer: the same bytes as byte by
-            # byte; per layout, cached for the vocabulary), then let the native parser try
-            # the scanned texts, sharing their prefixes
-            layout = self._layouts[-1]
-            facts = token_layout(vocab)
-            key = (layout, tokens.size, int(tokens[0]) if tokens.size else -1)
-            found = facts.scans.get(key)
-            if found is None or not np.array_equal(found[0], tokens):
-                fed, where = [], []
-                for i, t in enumerate(tokens.tolist()):
-                    step = scan(layout, vocab.token_bytes(t))
-                    if step is not None:
-                        fed.append(step[1])
-                        where.append(i)
-                found = (tokens, fed, np.array(where, dtype=np.int64))
-                facts.scans.put(key, found)
-            _, fed, where = found
+            # the scanned texts, tried by the native parser (sorted, prefixes shared)
+            fed, where = facts.scanned_texts(self._layouts[-1])
             out = np.zeros(len(tokens), dtype=bool)
             out[where] = np.frombuffer(native.try_texts(chart, fed), dtype=bool)
             return out
@@ -464,7 +469,7 @@ class IndentedMatcher(Matcher):
         scanned = facts.scanned
         if scanned.size:
             allowed = bitmask.unpack(words, self._cg.vocab_size).copy()
-            allowed[scanned] = self._try_all(scanned)
+            allowed[scanned] = self._try_all()
             words = bitmask.pack(allowed)
         words = words & facts.no_marker_words
         accepting = self.is_accepting()   # EOS: where the text may end, not the chart

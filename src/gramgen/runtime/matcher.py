@@ -589,8 +589,9 @@ class Matcher:
         tt = cg.token_table
         native = self._tables.native
         if native is not None:
-            # the same walk in C, byte by byte over the trie (no plans or passes to cache):
-            # it reads the real sets and is told which positions lie beyond the horizon
+            # the same walk in C, byte by byte over the trie (no jump plans; it caches the
+            # passes of big groups itself): it reads the real sets and is told which
+            # positions lie beyond the horizon
             real = list(chart)
             for idx, _, s in reads.wrapped:
                 real[idx] = s
