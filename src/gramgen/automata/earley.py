@@ -21,6 +21,8 @@ from __future__ import annotations
 import itertools
 import os
 
+import numpy as np
+
 from ..errors import GrammarError
 from ..grammar.ir import GrammarIR, productive_symbols
 from ..grammar.split import glued_items
@@ -216,7 +218,9 @@ class ParserTables:
                 raise RuntimeError("gramgen's native recogniser (gramgen.automata._earley) is not built")
             self.native = _earley.Tables(
                 N, self.item_next, self.item_lhs, self.nullable, self.rules_of,
-                tuple(d.transitions for d in lex_dfas), tuple(d.accepting for d in lex_dfas),
+                # (the Python DFA pipeline may hand over views: C wants contiguous rows)
+                tuple(np.ascontiguousarray(d.transitions) for d in lex_dfas),
+                tuple(np.ascontiguousarray(d.accepting) for d in lex_dfas),
                 self.is_ignore, self.glued, self.accept_item,
                 b"".join(f.to_bytes(32, "little") for f in self.follow_bytes),
                 self.item_class, self.relevant_item)
