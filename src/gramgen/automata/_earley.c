@@ -262,6 +262,7 @@ typedef struct {
     Scan *scans;
     int32_t *origins;   /* pool of the scans' origins (each run sorted) */
     Pred *pred;         /* NULL: nothing predicted here */
+    int32_t kid;        /* made in a walk: the id of its kernel there (see Kernel); else -1 */
     uint64_t nb[4];
     int nb_known;
     PyObject *sig, *local;
@@ -686,6 +687,7 @@ set_alloc(Tables *t, int32_t n_items, int32_t n_scans, Py_ssize_t n_origins)
     s->n_items = n_items;
     s->n_scans = n_scans;
     s->pred = NULL;
+    s->kid = -1;
     s->nb_known = 0;
     s->sig = s->local = NULL;
     s->py_items = s->py_waiting = s->py_scans = s->py_nb = NULL;
@@ -966,24 +968,16 @@ cmp_kitem(const void *a, const void *b)
     return x->origin < y->origin ? -1 : x->origin > y->origin;
 }
 
-/* a set from kernel items (pairs it, origin), a prediction and built scans */
+/* a set of n_items kernel items (filled in by the caller), a prediction and built scans */
 static Set *
-set_build(Tables *t, const IVec *items, Pred *pred, const ScanBuilder *b)
+set_with_scans(Tables *t, int32_t n_items, Pred *pred, const ScanBuilder *b)
 {
     Py_ssize_t n_origins = 0;
     for (int32_t i = 0; i < b->n; i++)
         n_origins += b->e[i].n;
-    int32_t n_items = items ? (int32_t)(items->n / 2) : 0;
     Set *s = set_alloc(t, n_items, b->n, n_origins);
     if (!s)
         return NULL;
-    for (int32_t i = 0; i < n_items; i++) {
-        s->items[i].it = items->a[2 * i];
-        s->items[i].origin = items->a[2 * i + 1];
-        s->items[i].sym = t->item_next[s->items[i].it];
-    }
-    if (n_items > 1)
-        qsort(s->items, (size_t)n_items, sizeof(KItem), cmp_kitem);
     s->pred = pred;
     int32_t off = 0;
     for (int32_t i = 0; i < b->n; i++) {
@@ -998,6 +992,54 @@ set_build(Tables *t, const IVec *items, Pred *pred, const ScanBuilder *b)
     return s;
 }
 
+/* a set from kernel items (pairs it, origin), a prediction and built scans */
+static Set *
+set_build(Tables *t, const IVec *items, Pred *pred, const ScanBuilder *b)
+{
+    int32_t n_items = items ? (int32_t)(items->n / 2) : 0;
+    Set *s = set_with_scans(t, n_items, pred, b);
+    if (!s)
+        return NULL;
+    for (int32_t i = 0; i < n_items; i++) {
+        s->items[i].it = items->a[2 * i];
+        s->items[i].origin = items->a[2 * i + 1];
+        s->items[i].sym = t->item_next[s->items[i].it];
+    }
+    if (n_items > 1)
+        qsort(s->items, (size_t)n_items, sizeof(KItem), cmp_kitem);
+    return s;
+}
+
+/* Closures remembered during a walk. The walk's chart is the Python list, fixed for the
+ * walk, then the sets the walk stacks on it, which change as it goes. An origin is written
+ * relative to the position `here` of the set being made: one in the list as itself (>= 0),
+ * one on the stack as its distance back (< 0) with the kernel id of the set there. A
+ * kernel (the kernel items and the prediction of a stacked set, its origins so written
+ * relative to that set) gets an id the first time it is seen; equal ids, equal kernels. A
+ * closure reads nothing of the sets at its agenda's origins but their kernels (and, through
+ * their items, the kernels further back), so an agenda so written closes the same way at
+ * any position of the walk, every origin on the stack shifted with `here`. */
+typedef struct {
+    uint64_t hash;      /* first: the entry of a PtrTable */
+    int32_t n, kid;
+    Pred *pred;
+    int32_t *data;      /* n ints: (item, origin, kernel id or -1) per kernel item */
+} Kernel;
+
+typedef struct {
+    uint64_t hash;      /* first: the entry of a PtrTable */
+    int32_t n_key, n_items, n_started, kid;
+    int read;           /* the closure read a far set (Chart.read) */
+    int start_ignored;  /* the ignored lexemes start here */
+    Pred *pred;
+    int32_t *key;       /* the agenda: (item, origin, kernel id or -1) per entry */
+    KItem *items;       /* sorted, origins relative (see above) */
+    int32_t *started;   /* lexemes started by the kernel items (those of pred apart) */
+} Closed;
+
+/* the closures and kernels of a walk are forgotten past this many ints (ids are not reused) */
+#define CLOSED_INTS (2 << 20)
+
 /* The buffers of a step, kept across the steps of a walk (a step finishes, its set copied
  * out, before the next one starts). */
 typedef struct {
@@ -1005,7 +1047,96 @@ typedef struct {
     IVec agenda, items, roots;
     HSet seen;
     uint64_t *is_root;
+    /* in a walk (closed_below > 0: the length of the chart's list), the closures (Closed)
+     * and the kernels (Kernel) seen, and the next kernel id (0: the empty kernel) */
+    PtrTable closed, kernels;
+    Py_ssize_t closed_below;
+    size_t closed_ints;
+    int32_t next_kid;
+    IVec enc;
 } Scratch;
+
+static void
+ptab_free_all(PtrTable *pt)
+{
+    for (size_t i = 0; i < pt->cap; i++)
+        PyMem_Free(pt->slot[i]);
+    PyMem_Free(pt->slot);
+    memset(pt, 0, sizeof(*pt));
+}
+
+static void
+closed_clear(Scratch *sc)
+{
+    ptab_free_all(&sc->closed);
+    ptab_free_all(&sc->kernels);
+    sc->closed_ints = 0;
+}
+
+/* origin `o` written relative to `here` onto sc->enc (two ints); 1: the set there has no
+ * kernel id (the closure is not remembered) */
+static int
+enc_origin(Scratch *sc, Chart *c, int32_t here, int32_t o)
+{
+    int32_t a = o, b = -1;
+    if (o >= sc->closed_below) {
+        if (o - c->n_list < 0 || o - c->n_list >= c->n_stack)
+            return 1;
+        b = c->stack[o - c->n_list]->kid;
+        if (b < 0)
+            return 1;
+        a = o - here;
+    }
+    if (ivec_push2(&sc->enc, a, b) < 0)
+        return -1;
+    return 0;
+}
+
+/* the kernel id of a set made at `here` in a walk: looked up, or given; -1 on an error,
+ * -2 when a set it refers to has none */
+static int32_t
+kernel_id(Scratch *sc, Chart *c, Set *s, int32_t here)
+{
+    if (!s->n_items && !s->pred)
+        return 0;
+    sc->enc.n = 0;
+    for (int32_t i = 0; i < s->n_items; i++) {
+        if (ivec_push(&sc->enc, s->items[i].it) < 0)
+            return -1;
+        int r = enc_origin(sc, c, here, s->items[i].origin);
+        if (r)
+            return r < 0 ? -1 : -2;
+    }
+    int32_t n = (int32_t)sc->enc.n;
+    uint64_t h = ints_hash(sc->enc.a, n) ^ (uint64_t)(uintptr_t)s->pred * 0x9e3779b97f4a7c15ULL;
+    PtrTable *pt = &sc->kernels;
+    if (pt->cap) {
+        size_t mask = pt->cap - 1;
+        for (size_t p = hmix(h) & mask; pt->slot[p]; p = (p + 1) & mask) {
+            Kernel *k = pt->slot[p];
+            if (k->hash == h && k->n == n && k->pred == s->pred &&
+                !memcmp(k->data, sc->enc.a, (size_t)n * sizeof(int32_t)))
+                return k->kid;
+        }
+    }
+    Kernel *k = PyMem_Malloc(sizeof(Kernel) + (size_t)n * sizeof(int32_t));
+    if (!k) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    k->hash = h;
+    k->n = n;
+    k->kid = sc->next_kid++;
+    k->pred = s->pred;
+    k->data = (int32_t *)(k + 1);
+    memcpy(k->data, sc->enc.a, (size_t)n * sizeof(int32_t));
+    if (ptab_insert(pt, k) < 0) {
+        PyMem_Free(k);
+        return -1;
+    }
+    sc->closed_ints += (size_t)n;
+    return k->kid;
+}
 
 static void
 scratch_free(Scratch *sc)
@@ -1016,6 +1147,8 @@ scratch_free(Scratch *sc)
     ivec_free(&sc->roots);
     PyMem_Free(sc->seen.keys);
     PyMem_Free(sc->is_root);
+    closed_clear(sc);
+    ivec_free(&sc->enc);
     memset(sc, 0, sizeof(*sc));
 }
 
@@ -1044,6 +1177,7 @@ closure(Tables *t, Chart *chart, Scratch *sc)
     }
     uint64_t *is_root = sc->is_root;
     Set *out = NULL;
+    int32_t here = (int32_t)j;
     while (agenda->n) {
         int32_t origin = agenda->a[--agenda->n];
         int32_t it = agenda->a[--agenda->n];
@@ -1081,7 +1215,6 @@ closure(Tables *t, Chart *chart, Scratch *sc)
             goto done;
     }
     if (items->n) {
-        int32_t here = (int32_t)j;
         for (Py_ssize_t x = 0; x < roots->n; x++)
             if (roots->a[x] >= N && sb_add(b, roots->a[x] - N, 0, &here, 1) < 0)
                 goto done;
@@ -1152,6 +1285,104 @@ allowed(Set *s)
  * the tables' methods
  */
 
+/* The set a remembered closure makes at `here`, with the scans in sc->b. */
+static Set *
+closed_apply(Tables *t, Chart *chart, Scratch *sc, const Closed *e, int32_t here)
+{
+    ScanBuilder *b = &sc->b;
+    chart->read |= e->read;
+    for (int32_t x = 0; x < e->n_started; x++)
+        if (sb_add(b, e->started[x], 0, &here, 1) < 0)
+            return NULL;
+    if (e->pred)
+        for (int32_t x = 0; x < e->pred->n_lex; x++)
+            if (sb_add(b, e->pred->lex[x], 0, &here, 1) < 0)
+                return NULL;
+    for (int32_t x = 0; e->start_ignored && x < t->n_ignore; x++)
+        if (sb_add(b, t->ignore[x], 0, &here, 1) < 0)
+            return NULL;
+    Set *out = set_with_scans(t, e->n_items, e->pred, b);
+    if (!out)
+        return NULL;
+    memcpy(out->items, e->items, (size_t)e->n_items * sizeof(KItem));
+    for (int32_t x = 0; x < e->n_items; x++)
+        if (out->items[x].origin < 0)
+            out->items[x].origin += here;
+    out->kid = e->kid;
+    return out;
+}
+
+/* the closure remembered under the key in sc->enc (hash h), or NULL */
+static Closed *
+closed_find(Scratch *sc, uint64_t h)
+{
+    PtrTable *pt = &sc->closed;
+    if (!pt->cap)
+        return NULL;
+    int32_t n_key = (int32_t)sc->enc.n;
+    size_t mask = pt->cap - 1;
+    for (size_t p = hmix(h) & mask; pt->slot[p]; p = (p + 1) & mask) {
+        Closed *e = pt->slot[p];
+        if (e->hash == h && e->n_key == n_key && !memcmp(e->key, sc->enc.a, (size_t)n_key * sizeof(int32_t)))
+            return e;
+    }
+    return NULL;
+}
+
+/* Remember `out`, just made at `here` by closure() (its roots still in sc->roots), under
+ * the key in sc->enc (hash h); `read`: the step read a far set. 0, or -1 on an error. */
+static int
+closed_store(Tables *t, Chart *chart, Scratch *sc, uint64_t h, Set *out, int32_t here, int read)
+{
+    int32_t n_key = (int32_t)sc->enc.n, n_started = 0;
+    for (Py_ssize_t x = 0; x < sc->roots.n; x++)
+        n_started += sc->roots.a[x] >= t->N;
+    size_t ints = (size_t)n_key + 3 * (size_t)out->n_items + (size_t)n_started;
+    Closed *e = PyMem_Malloc(sizeof(Closed) + ints * sizeof(int32_t));
+    if (!e) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    e->hash = h;
+    e->n_key = n_key;
+    e->n_items = out->n_items;
+    e->n_started = n_started;
+    e->read = read;
+    e->start_ignored = 0;
+    if (t->n_ignore) {
+        int start = !t->any_glued;
+        for (int32_t x = 0; !start && x < out->n_items; x++)
+            start = !t->glued[out->items[x].it];
+        e->start_ignored = start;
+    }
+    e->pred = out->pred;
+    e->items = (KItem *)(e + 1);
+    e->key = (int32_t *)(e->items + out->n_items);
+    e->started = e->key + n_key;
+    memcpy(e->key, sc->enc.a, (size_t)n_key * sizeof(int32_t));
+    memcpy(e->items, out->items, (size_t)out->n_items * sizeof(KItem));
+    for (int32_t x = 0; x < out->n_items; x++)
+        if (e->items[x].origin >= sc->closed_below)
+            e->items[x].origin -= here;
+    for (Py_ssize_t x = 0, y = 0; y < n_started; x++)
+        if (sc->roots.a[x] >= t->N)
+            e->started[y++] = sc->roots.a[x] - t->N;
+    int32_t kid = kernel_id(sc, chart, out, here);   /* (overwrites sc->enc) */
+    if (kid < 0) {
+        PyMem_Free(e);
+        return kid == -1 ? -1 : 0;
+    }
+    e->kid = out->kid = kid;
+    if (sc->closed_ints + ints > CLOSED_INTS)
+        closed_clear(sc);
+    if (ptab_insert(&sc->closed, e) < 0) {
+        PyMem_Free(e);
+        return -1;
+    }
+    sc->closed_ints += ints;
+    return 0;
+}
+
 /* The set after `byte` at the end of the chart: *out (a new reference), or NULL when no
  * parse survives it; -1 on an error. */
 static int
@@ -1174,6 +1405,11 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
     sb_reset(b);
     sc->agenda.n = 0;
     int rc = -1;
+    /* in a walk, the lexemes ended here (lexeme, number of origins, each origin written
+     * relative to here) key the closure they make */
+    int32_t here = (int32_t)n, ended = 0;
+    int memo = sc->closed_below > 0;
+    sc->enc.n = 0;
     for (int32_t i = 0; i < cur->n_scans; i++) {
         const Scan *s = &cur->scans[i];
         Lex *L = &t->lex[s->lexeme];
@@ -1183,13 +1419,55 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
         const int32_t *origins = cur->origins + s->off;
         if (sb_add(b, s->lexeme, q2, origins, s->n) < 0)
             goto done;
-        if (L->accept[q2] && complete(t, &sc->agenda, chart, s->lexeme, origins, s->n) < 0)
-            goto done;
+        if (!L->accept[q2])
+            continue;
+        ended = 1;
+        if (memo) {
+            if (ivec_push2(&sc->enc, s->lexeme, s->n) < 0)
+                goto done;
+            for (int32_t x = 0; memo && x < s->n; x++) {
+                int r = enc_origin(sc, chart, here, origins[x]);
+                if (r < 0)
+                    goto done;
+                memo = !r;
+            }
+        }
     }
-    if (b->n) {
-        *out = sc->agenda.n ? closure(t, chart, sc) : set_build(t, NULL, NULL, b);
+    if (b->n && !ended) {
+        if (!(*out = set_build(t, NULL, NULL, b)))
+            goto done;
+        if (sc->closed_below)
+            (*out)->kid = 0;   /* the empty kernel */
+    } else if (b->n) {
+        uint64_t h = 0;
+        if (memo) {
+            h = ints_hash(sc->enc.a, (int32_t)sc->enc.n);
+            Closed *e = closed_find(sc, h);
+            if (e) {
+                *out = closed_apply(t, chart, sc, e, here);
+                rc = *out ? 0 : -1;
+                goto done;
+            }
+        }
+        int read_before = chart->read;
+        chart->read = 0;
+        for (int32_t i = 0; i < cur->n_scans; i++) {
+            const Scan *s = &cur->scans[i];
+            Lex *L = &t->lex[s->lexeme];
+            int32_t q2 = L->trans[256 * (size_t)s->state + byte];
+            if (q2 >= 0 && L->accept[q2] &&
+                complete(t, &sc->agenda, chart, s->lexeme, cur->origins + s->off, s->n) < 0)
+                goto done;
+        }
+        *out = closure(t, chart, sc);
+        int read = chart->read;
+        chart->read |= read_before;
         if (!*out)
             goto done;
+        if (memo && closed_store(t, chart, sc, h, *out, here, read) < 0) {
+            Py_CLEAR(*out);
+            goto done;
+        }
     }
     rc = 0;
 done:
@@ -1376,8 +1654,11 @@ typedef struct {
     Py_ssize_t n_ranks;
     IVec found, beyond;
     long long steps;   /* parser steps taken */
-    int32_t *live;     /* scratch for lexeme_pass, one entry per scan of a set */
-    Py_ssize_t cap_live;
+    int32_t *pairs;    /* lexeme_pass: the (lexeme, state) pairs of its levels */
+    Py_ssize_t cap_pairs;
+    Py_ssize_t *level_at;   /* lexeme_pass: where each level starts in pairs */
+    uint8_t *ended;    /* lexeme_pass: a lexeme could end inside the token before the level */
+    Py_ssize_t cap_levels;
     Scratch sc;        /* the buffers of its steps */
 } Walk;
 
@@ -1391,14 +1672,67 @@ has_byte(const uint64_t *bits, int b)
  * bytes, the text up to `cur`): a token whose rest keeps one of cur's lexemes alive to its
  * end is allowed (each byte leaves that scan alive, so every step succeeds), one that kills
  * every lexeme without ending one where a byte that may follow it comes next is not; the
- * others (they may end a lexeme inside the token) stay in rs, in order, for the parser. */
+ * others (they may end a lexeme inside the token) stay in rs, in order, for the parser.
+ *
+ * The tokens come in byte order, so a token shares its first bytes with the one before:
+ * the pass keeps, for each byte of the current token, the (lexeme, state) pairs still alive
+ * after it (a level) and whether a lexeme could have ended before it; the next token
+ * resumes at the level where the two part. Each trie edge is crossed once. */
+static int
+lv_reserve(Walk *w, Py_ssize_t pairs, Py_ssize_t levels)
+{
+    if (2 * pairs > w->cap_pairs) {
+        Py_ssize_t cap = w->cap_pairs ? w->cap_pairs : 256;
+        while (cap < 2 * pairs)
+            cap *= 2;
+        int32_t *a = PyMem_Realloc(w->pairs, (size_t)cap * sizeof(int32_t));
+        if (!a) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->pairs = a;
+        w->cap_pairs = cap;
+    }
+    if (levels > w->cap_levels) {
+        Py_ssize_t cap = w->cap_levels ? w->cap_levels : 64;
+        while (cap < levels)
+            cap *= 2;
+        Py_ssize_t *o = PyMem_Realloc(w->level_at, (size_t)cap * sizeof(Py_ssize_t));
+        if (!o) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->level_at = o;
+        uint8_t *m = PyMem_Realloc(w->ended, (size_t)cap);
+        if (!m) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->ended = m;
+        w->cap_levels = cap;
+    }
+    return 0;
+}
+
 static int
 lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
 {
     Tables *t = w->t;
     int32_t kept = 0;
-    int32_t *live = w->live;   /* the scans that can take the run's byte */
-    int32_t n_live = 0, run_byte = -1;
+    /* level p (p = depth .. top) holds pairs[2 * level_at[p - depth] .. 2 * level_at[p - depth + 1]):
+     * the scans alive after the current token's bytes depth .. p - 1; ended[p - depth]: one
+     * of them accepted after a byte before p - 1 and the byte after it may follow it */
+    if (lv_reserve(w, cur->n_scans, 2) < 0)
+        return -1;
+    for (int32_t i = 0; i < cur->n_scans; i++) {
+        w->pairs[2 * i] = cur->scans[i].lexeme;
+        w->pairs[2 * i + 1] = cur->scans[i].state;
+    }
+    w->level_at[0] = 0;
+    w->level_at[1] = cur->n_scans;
+    w->ended[0] = 0;
+    int32_t top = depth;
+    const uint8_t *prev = NULL;
     for (int32_t x = 0; x < *n; x++) {
         int32_t r = rs[x];
         const uint8_t *data = w->blob + w->off[r];
@@ -1408,32 +1742,41 @@ lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
                 return -1;
             continue;
         }
-        if (data[depth] != run_byte) {   /* tokens come in runs of their byte at depth */
-            run_byte = data[depth];
-            n_live = 0;
-            for (int32_t i = 0; i < cur->n_scans; i++)
-                if (has_byte(first_bytes(&t->lex[cur->scans[i].lexeme], cur->scans[i].state), run_byte))
-                    live[n_live++] = i;
-        }
-        int alive = 0, may_end = 0;
-        for (int32_t i = 0; i < n_live && !alive; i++) {
-            int32_t k = cur->scans[live[i]].lexeme, q = cur->scans[live[i]].state;
-            Lex *L = &t->lex[k];
-            const uint64_t *fol = t->follow + 4 * (size_t)k;
-            int32_t pos = depth;
-            for (; pos < len; pos++) {
-                q = L->trans[256 * (size_t)q + data[pos]];
-                if (q < 0)
-                    break;
-                if (pos + 1 < len && L->accept[q] && has_byte(fol, data[pos + 1]))
-                    may_end = 1;
+        int32_t lcp = depth;
+        if (prev)
+            while (lcp < top && lcp < len && data[lcp] == prev[lcp])
+                lcp++;
+        top = lcp;
+        prev = data;
+        while (top < len) {
+            Py_ssize_t a = w->level_at[top - depth], b = w->level_at[top - depth + 1];
+            if (a == b)
+                break;   /* every lexeme died */
+            if (lv_reserve(w, b + (b - a), top - depth + 3) < 0)
+                return -1;
+            int c = data[top], ended = w->ended[top - depth];
+            Py_ssize_t m = b;
+            for (Py_ssize_t i = a; i < b; i++) {
+                int32_t k = w->pairs[2 * i], q = w->pairs[2 * i + 1];
+                Lex *L = &t->lex[k];
+                if (top > depth && !ended && L->accept[q] && has_byte(t->follow + 4 * (size_t)k, c))
+                    ended = 1;
+                int32_t q2 = L->trans[256 * (size_t)q + c];
+                if (q2 >= 0) {
+                    w->pairs[2 * m] = k;
+                    w->pairs[2 * m + 1] = q2;
+                    m++;
+                }
             }
-            alive = pos == len;
+            top++;
+            w->ended[top - depth] = (uint8_t)ended;
+            w->level_at[top - depth + 1] = m;
         }
+        int alive = top == len && w->level_at[top - depth + 1] > w->level_at[top - depth];
         if (alive) {
             if (ivec_push(&w->found, r) < 0)
                 return -1;
-        } else if (may_end) {
+        } else if (w->ended[top - depth]) {
             rs[kept++] = r;
         }
     }
@@ -1552,15 +1895,6 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far)
     Set *cur = get_set(&w->chart, chart_len(&w->chart) - 1);
     if (!cur)
         return -1;
-    if (cur->n_scans > w->cap_live) {
-        int32_t *live = PyMem_Realloc(w->live, (size_t)cur->n_scans * sizeof(int32_t));
-        if (!live) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        w->live = live;
-        w->cap_live = cur->n_scans;
-    }
     /* (at the root the tokens are exit candidates: none stays inside a lexeme there) */
     if (depth && cached_pass(w, cur, rs, &n, depth) < 0)
         return -1;
@@ -1656,6 +1990,9 @@ tables_walk_exits(Tables *t, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "walk_exits() on an empty chart");
         return NULL;
     }
+    w.sc.closed_below = w.chart.n_list;   /* the chart under the stack stays as it is */
+    if (getenv("NOMEMO")) w.sc.closed_below = 0;
+    w.sc.next_kid = 1;
     Py_buffer bb = {0}, ob = {0};
     uint8_t *far = NULL;
     int32_t *rs = NULL;
@@ -1724,7 +2061,9 @@ done:
     for (Py_ssize_t i = 0; i < w.chart.n_stack; i++)
         Py_DECREF(w.chart.stack[i]);
     PyMem_Free(w.chart.stack);
-    PyMem_Free(w.live);
+    PyMem_Free(w.pairs);
+    PyMem_Free(w.level_at);
+    PyMem_Free(w.ended);
     scratch_free(&w.sc);
     ivec_free(&w.found);
     ivec_free(&w.beyond);
