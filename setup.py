@@ -11,4 +11,5 @@ setup(ext_modules=[
     Extension("gramgen.automata._tokenwalk", ["src/gramgen/automata/_tokenwalk.c"], optional=True),
     Extension("gramgen.automata._dfabuild", ["src/gramgen/automata/_dfabuild.c"], optional=True),
     Extension("gramgen.automata._earley", ["src/gramgen/automata/_earley.c"], optional=True),
+    Extension("gramgen.automata._bits", ["src/gramgen/automata/_bits.c"], optional=True),
 ])

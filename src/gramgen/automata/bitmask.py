@@ -7,11 +7,19 @@ be copied straight into a ``[batch, ceil(V/32)]`` int32 tensor.
 from __future__ import annotations
 
 import operator
+import os
 import sys
 
 import numpy as np
 
 from ..errors import ConfigurationError
+
+try:  # the C kernels (setup.py builds them where a compiler is at hand)
+    from . import _bits
+except ImportError:  # pragma: no cover - exercised where the extension is not built
+    _bits = None
+if os.environ.get("GRAMGEN_NATIVE", "1") == "0":
+    _bits = None
 
 _INT32 = np.dtype(np.int32)
 
@@ -38,8 +46,10 @@ _SHIFTS = np.arange(32, dtype=np.uint32)
 
 
 def positions(words: np.ndarray, limit: int) -> np.ndarray:
-    """The indices (below ``limit``, ascending) of the set bits of ``words``: only the
-    non-zero words are expanded, so a sparse mask of a large vocabulary costs little."""
+    """The indices (below ``limit``, ascending, int64) of the set bits of ``words``: only
+    the non-zero words are expanded, so a sparse mask of a large vocabulary costs little."""
+    if _bits is not None and words.dtype == np.uint32 and words.flags.c_contiguous:
+        return np.frombuffer(_bits.positions(words, limit), dtype=np.int64)
     nz = np.flatnonzero(words)
     if not nz.size:
         return nz
@@ -48,11 +58,35 @@ def positions(words: np.ndarray, limit: int) -> np.ndarray:
     return out[out < limit] if out[-1] >= limit else out
 
 
-def set_bits(words: np.ndarray, ids) -> None:
-    """Set the bits of token ``ids`` in place."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if ids.size:
-        np.bitwise_or.at(words, ids >> 5, (np.uint32(1) << (ids & 31).astype(np.uint32)))
+def set_bits(words: np.ndarray, ids, rank_to_id: np.ndarray | None = None) -> None:
+    """Set the bits of token ``ids`` in place (of ``rank_to_id[ids]`` when given: ``ids``
+    are then ranks of a token table)."""
+    ids = np.asarray(ids)
+    if ids.dtype != np.int32:
+        ids = ids.astype(np.int64, copy=False)
+    if not ids.size:
+        return
+    if _bits is not None and words.dtype == np.uint32 and words.flags.c_contiguous:
+        if rank_to_id is None:
+            _bits.set_bits(words, np.ascontiguousarray(ids))
+        else:
+            _bits.set_bits(words, np.ascontiguousarray(ids), rank_to_id)
+        return
+    if rank_to_id is not None:
+        ids = rank_to_id[ids]
+    ids = ids.astype(np.int64, copy=False)
+    np.bitwise_or.at(words, ids >> 5, (np.uint32(1) << (ids & 31).astype(np.uint32)))
+
+
+def unknown_positions(words: np.ndarray, limit: int, rank_to_id: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """The set bits of ``words`` (a mask over ranks of a token table) below ``limit``
+    whose token ``rank_to_id[rank]`` is not set in ``known`` (a mask over token ids)."""
+    if _bits is not None and words.dtype == np.uint32 and known.dtype == np.uint32 \
+            and words.flags.c_contiguous and known.flags.c_contiguous and rank_to_id.flags.c_contiguous:
+        return np.frombuffer(_bits.candidates(words, limit, rank_to_id, known), dtype=np.int64)
+    ranks = positions(words, limit)
+    ids = rank_to_id[ranks]
+    return ranks[((known[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1) == 0]
 
 
 def count(words: np.ndarray) -> int:

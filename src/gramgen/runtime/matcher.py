@@ -481,10 +481,7 @@ class Matcher:
                 part = lt.exits & long_ranks
                 exits = part if exits is None else np.bitwise_or(exits, part, out=exits)
         if exits is not None and exits.any():
-            cands = bitmask.positions(exits, len(tt.sorted_bytes))
-            ids = tt.rank_to_id[cands]
-            known = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
-            cands = cands[known == 0]
+            cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
                 words |= self._exit_words(cands, longer_than=best)
         return words
@@ -501,10 +498,7 @@ class Matcher:
             if lt.n_exits:
                 exits = lt.exits.copy() if exits is None else np.bitwise_or(exits, lt.exits, out=exits)
         if exits is not None:
-            cands = bitmask.positions(exits, len(tt.sorted_bytes))
-            ids = tt.rank_to_id[cands]
-            known = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
-            cands = cands[known == 0]
+            cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
                 words |= self._exit_words(cands)
         if self._tables.is_accepting(cur):
@@ -572,7 +566,7 @@ class Matcher:
     def _pack_ranks(self, ranks: list[int]) -> np.ndarray:
         cg = self._cg
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
-        bitmask.set_bits(out, cg.token_table.rank_to_id[np.array(ranks, dtype=np.int64)])
+        bitmask.set_bits(out, ranks, cg.token_table.rank_to_id)
         return out
 
     def _walk_exits(self, chart: list, ranks, reads: HorizonReads) -> tuple[list[int], list[int]]:
