@@ -968,6 +968,36 @@ cmp_kitem(const void *a, const void *b)
     return x->origin < y->origin ? -1 : x->origin > y->origin;
 }
 
+static inline int
+kitem_less(const KItem *x, const KItem *y)
+{
+    if (x->sym != y->sym)
+        return x->sym < y->sym;
+    if (x->it != y->it)
+        return x->it < y->it;
+    return x->origin < y->origin;
+}
+
+/* kernel items in (sym, it, origin) order: insertion sort for the usual few dozen (a
+ * closure lists them mostly grouped already), qsort beyond */
+static void
+sort_kitems(KItem *a, int32_t n)
+{
+    if (n > 64) {
+        qsort(a, (size_t)n, sizeof(KItem), cmp_kitem);
+        return;
+    }
+    for (int32_t i = 1; i < n; i++) {
+        KItem x = a[i];
+        int32_t j = i;
+        while (j > 0 && kitem_less(&x, &a[j - 1])) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = x;
+    }
+}
+
 /* a set of n_items kernel items (filled in by the caller), a prediction and built scans */
 static Set *
 set_with_scans(Tables *t, int32_t n_items, Pred *pred, const ScanBuilder *b)
@@ -1006,7 +1036,7 @@ set_build(Tables *t, const IVec *items, Pred *pred, const ScanBuilder *b)
         s->items[i].sym = t->item_next[s->items[i].it];
     }
     if (n_items > 1)
-        qsort(s->items, (size_t)n_items, sizeof(KItem), cmp_kitem);
+        sort_kitems(s->items, n_items);
     return s;
 }
 
@@ -1163,10 +1193,11 @@ closure(Tables *t, Chart *chart, Scratch *sc)
     ScanBuilder *b = &sc->b;
     HSet *seen = &sc->seen;
     items->n = roots->n = 0;
-    if (seen->n) {
+    if (seen->n) {   /* (left over by an error) */
         memset(seen->keys, 0xff, seen->cap * sizeof(uint64_t));
         seen->n = 0;
     }
+    size_t seen_cap = seen->cap;
     if (!sc->is_root) {
         size_t words = ((size_t)t->n_sym + 63) / 64;
         sc->is_root = PyMem_Calloc(words ? words : 1, sizeof(uint64_t));
@@ -1233,6 +1264,20 @@ closure(Tables *t, Chart *chart, Scratch *sc)
         }
     }
     out = set_build(t, items, pred, b);
+    /* empty `seen` for the next closure: the keys added are the items, and removed in the
+     * reverse order of their adding each is found where it was put (the slots probed
+     * before it still hold what they held then); after a growth, the whole table */
+    if (seen->cap == seen_cap && (size_t)items->n / 2 == seen->n) {
+        size_t mask = seen->cap - 1;
+        for (Py_ssize_t x = items->n - 2; x >= 0; x -= 2) {
+            uint64_t k = ((uint64_t)(uint32_t)items->a[x] << 32) | (uint32_t)items->a[x + 1];
+            size_t p = hmix(k) & mask;
+            while (seen->keys[p] != k)
+                p = (p + 1) & mask;
+            seen->keys[p] = HEMPTY;
+        }
+        seen->n = 0;
+    }
 done:
     for (Py_ssize_t x = 0; x < roots->n; x++)
         is_root[roots->a[x] >> 6] = 0;
