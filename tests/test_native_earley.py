@@ -103,10 +103,14 @@ def _horizons(c_tab, py_tab, c_chart, py_chart):
     for depth in (1, 2, 3):
         c_view, c_reads = tracked_view(c_chart, j, depth)
         py_view, py_reads = tracked_view(py_chart, j, depth)
+        # the native horizon: the positions the view wraps, as a list
+        far = c_tab.native.horizon(c_chart, j, depth)
+        assert far == sorted(idx for idx, _, _ in py_reads.wrapped), (j, depth)
         for (k, q), origins in py_chart[j].scans.items():
             a = c_tab.completes_within(c_view, c_reads, k, origins)
             b = py_tab.completes_within(py_view, py_reads, k, origins)
             assert a == b, (j, depth, k)
+            assert c_tab.native.complete_closure(c_chart, k, list(origins), far) == b, (j, depth, k)
         for b in range(256):
             c_reads.read = py_reads.read = False
             c_next, py_next = c_tab.step(c_view, b), py_tab.step(py_view, b)

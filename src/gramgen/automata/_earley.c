@@ -1574,15 +1574,43 @@ tables_initial_set(Tables *t, PyObject *arg)
     return out;
 }
 
-/* complete_closure(chart, lexeme, origins): complete `lexeme` from `origins` right after
- * chart and close the result (the work of a step that ends it), returning nothing: what
- * matters are the reads of the chart's sets (see earley.ParserTables.completes_within). */
+/* a bitmap over the chart's list marking the positions far_o lists (NULL and no error
+ * for None) */
+static uint8_t *
+far_bitmap(Chart *c, PyObject *far_o, int *error)
+{
+    *error = 0;
+    if (far_o == Py_None)
+        return NULL;
+    Py_ssize_t n_far;
+    int32_t *idx = int_array(far_o, &n_far, "far");
+    uint8_t *far = idx ? PyMem_Calloc((size_t)c->n_list + 1, 1) : NULL;
+    if (idx && !far)
+        PyErr_NoMemory();
+    for (Py_ssize_t i = 0; far && i < n_far; i++) {
+        if (idx[i] < 0 || idx[i] >= c->n_list) {
+            PyErr_SetString(PyExc_ValueError, "far: a position outside the chart");
+            PyMem_Free(far);
+            far = NULL;
+            break;
+        }
+        far[idx[i]] = 1;
+    }
+    PyMem_Free(idx);
+    *error = far == NULL;
+    return far;
+}
+
+/* complete_closure(chart, lexeme, origins, far=None): complete `lexeme` from `origins`
+ * right after chart and close the result (the work of a step that ends it). What matters
+ * are the reads of the chart's sets (see earley.ParserTables.completes_within): with `far`
+ * (positions of the chart), whether that work reads none of them; without, None. */
 static PyObject *
 tables_complete_closure(Tables *t, PyObject *args)
 {
-    PyObject *list, *origins_o;
+    PyObject *list, *origins_o, *far_o = Py_None;
     int k;
-    if (!PyArg_ParseTuple(args, "O!iO", &PyList_Type, &list, &k, &origins_o))
+    if (!PyArg_ParseTuple(args, "O!iO|O", &PyList_Type, &list, &k, &origins_o, &far_o))
         return NULL;
     Chart chart;
     chart_of_list(&chart, t, list);
@@ -1590,10 +1618,17 @@ tables_complete_closure(Tables *t, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "lexeme out of range");
         return NULL;
     }
+    int error;
+    uint8_t *far = far_bitmap(&chart, far_o, &error);
+    if (error)
+        return NULL;
+    chart.far = far;
     Py_ssize_t n;
     int32_t *origins = int_array(origins_o, &n, "origins");
-    if (!origins)
+    if (!origins) {
+        PyMem_Free(far);
         return NULL;
+    }
     qsort(origins, (size_t)n, sizeof(int32_t), cmp_int);
     Scratch sc;
     memset(&sc, 0, sizeof(sc));
@@ -1602,12 +1637,89 @@ tables_complete_closure(Tables *t, PyObject *args)
         Set *s = closure(t, &chart, &sc);
         if (s) {
             Py_DECREF(s);
-            out = Py_None;
-            Py_INCREF(out);
+            if (far_o == Py_None) {
+                out = Py_None;
+                Py_INCREF(out);
+            } else {
+                out = PyBool_FromLong(!chart.read);
+            }
         }
     }
     PyMem_Free(origins);
+    PyMem_Free(far);
     scratch_free(&sc);
+    return out;
+}
+
+/* horizon(chart, j, depth): the positions exactly `depth` origin links away from set j
+ * (through the origins of its kernel items and scans), ascending; [] when every set
+ * within reach is nearer (see earley.tracked_view) */
+static PyObject *
+tables_horizon(Tables *t, PyObject *args)
+{
+    PyObject *list;
+    Py_ssize_t j;
+    int depth;
+    if (!PyArg_ParseTuple(args, "O!ni", &PyList_Type, &list, &j, &depth))
+        return NULL;
+    Chart chart;
+    chart_of_list(&chart, t, list);
+    if (j < 0 || j >= chart.n_list || depth < 0) {
+        PyErr_SetString(PyExc_ValueError, "horizon(): j outside the chart or a negative depth");
+        return NULL;
+    }
+    uint8_t *inside = PyMem_Calloc((size_t)j + 1, 1);
+    IVec frontier = {0}, next = {0};
+    PyObject *out = NULL;
+    if (!inside) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    inside[j] = 1;
+    if (ivec_push(&frontier, (int32_t)j) < 0)
+        goto done;
+    for (int d = 0; d < depth && frontier.n; d++) {
+        next.n = 0;
+        for (Py_ssize_t f = 0; f < frontier.n; f++) {
+            Set *st = get_set(&chart, frontier.a[f]);
+            if (!st)
+                goto done;
+            for (int32_t i = 0; i < st->n_items; i++) {
+                int32_t o = st->items[i].origin;
+                if (o >= 0 && o <= j && !inside[o]) {
+                    inside[o] = 1;
+                    if (ivec_push(&next, o) < 0)
+                        goto done;
+                }
+            }
+            Py_ssize_t n_origins = st->n_scans ? st->scans[st->n_scans - 1].off + st->scans[st->n_scans - 1].n : 0;
+            for (Py_ssize_t i = 0; i < n_origins; i++) {
+                int32_t o = st->origins[i];
+                if (o >= 0 && o <= j && !inside[o]) {
+                    inside[o] = 1;
+                    if (ivec_push(&next, o) < 0)
+                        goto done;
+                }
+            }
+        }
+        IVec tmp = frontier;
+        frontier = next;
+        next = tmp;
+    }
+    qsort(frontier.a, (size_t)frontier.n, sizeof(int32_t), cmp_int);
+    out = PyList_New(frontier.n);
+    for (Py_ssize_t i = 0; out && i < frontier.n; i++) {
+        PyObject *x = PyLong_FromLong(frontier.a[i]);
+        if (!x) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, x);
+    }
+done:
+    PyMem_Free(inside);
+    ivec_free(&frontier);
+    ivec_free(&next);
     return out;
 }
 
@@ -2431,7 +2543,10 @@ static PyMethodDef tables_methods[] = {
      "step(chart, byte): the set after byte, or None if no parse survives it"},
     {"initial_set", (PyCFunction)tables_initial_set, METH_O, "initial_set(start_item)"},
     {"complete_closure", (PyCFunction)tables_complete_closure, METH_VARARGS,
-     "complete_closure(chart, lexeme, origins): the completion work of a step ending lexeme"},
+     "complete_closure(chart, lexeme, origins, far=None): the completion work of a step ending lexeme; "
+     "with far, whether it reads none of those positions"},
+    {"horizon", (PyCFunction)tables_horizon, METH_VARARGS,
+     "horizon(chart, j, depth): the positions exactly depth origin links away from set j"},
     {"inside_lexemes", (PyCFunction)tables_inside_lexemes, METH_O,
      "inside_lexemes(scans): a set with these scans and no items"},
     {"allowed_bytes", (PyCFunction)tables_allowed_bytes, METH_O,

@@ -535,13 +535,22 @@ class Matcher:
                 if exiting is None:
                     exiting = [(k, origins) for (k, q), origins in chart[j].scans.items()
                                if cg.classes.lexeme_tokens(k, q).n_exits]
-                view, reads = tracked_view(chart, j, depth)
-                try:
-                    reaches = any(self._tables.completes_within(view, reads, k, origins) for k, origins in exiting)
+                native = self._tables.native
+                if native is not None:
+                    # the horizon as chart positions; the native completion and walk note
+                    # their reads of those
+                    far = native.horizon(chart, j, depth)
+                    reaches = any(native.complete_closure(chart, k, list(origins), far) for k, origins in exiting)
                     if reaches:
-                        found, beyond = self._walk_exits(view, ranks, reads)
-                finally:
-                    reads.wrapped.clear()  # the wrappers refer to `reads`: no cycle left behind
+                        found, beyond = self._native_walk(chart, far, ranks)
+                else:
+                    view, reads = tracked_view(chart, j, depth)
+                    try:
+                        reaches = any(self._tables.completes_within(view, reads, k, origins) for k, origins in exiting)
+                        if reaches:
+                            found, beyond = self._walk_exits(view, ranks, reads)
+                    finally:
+                        reads.wrapped.clear()  # the wrappers refer to `reads`: no cycle left behind
                 if reaches:
                     # one walk decides every token; what it decided without reading beyond
                     # this horizon is cached for every context that agrees up to it
@@ -569,6 +578,14 @@ class Matcher:
         bitmask.set_bits(out, ranks, cg.token_table.rank_to_id)
         return out
 
+    def _native_walk(self, chart: list, far: list[int], ranks) -> tuple[np.ndarray, list[int]]:
+        """:meth:`_walk_exits` in C, byte by byte over the trie (no jump plans; it caches
+        the passes of big groups itself), on the real sets, told which chart positions lie
+        beyond the horizon (``far``)."""
+        tt = self._cg.token_table
+        found, beyond, _ = self._tables.native.walk_exits(chart, far, ranks, tt.blob, tt.offsets)
+        return np.frombuffer(found, dtype=np.int32), np.frombuffer(beyond, dtype=np.int32).tolist()
+
     def _walk_exits(self, chart: list, ranks, reads: HorizonReads) -> tuple[list[int], list[int]]:
         """Which of these tokens (byte-sorted ranks) the parser accepts after ``chart`` (a
         scratch copy of the chart, extended and shrunk during the walk), and which of them
@@ -583,15 +600,10 @@ class Matcher:
         tt = cg.token_table
         native = self._tables.native
         if native is not None:
-            # the same walk in C, byte by byte over the trie (no jump plans; it caches the
-            # passes of big groups itself): it reads the real sets and is told which
-            # positions lie beyond the horizon
             real = list(chart)
             for idx, _, s in reads.wrapped:
                 real[idx] = s
-            found, beyond, _ = native.walk_exits(real, [idx for idx, _, _ in reads.wrapped],
-                                                 ranks, tt.blob, tt.offsets)
-            return np.frombuffer(found, dtype=np.int32), np.frombuffer(beyond, dtype=np.int32).tolist()
+            return self._native_walk(real, [idx for idx, _, _ in reads.wrapped], ranks)
         sorted_bytes = tt.sorted_bytes
         tables = self._tables
         found: list[int] = []
