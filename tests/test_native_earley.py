@@ -234,3 +234,84 @@ def test_try_texts_equals_stepping_each_text(name):
 
     assert list(got) == [int(takes(t)) for t in texts]
     assert any(got) and not all(got)
+
+
+WALK_GRAMMARS = {
+    **{name: GRAMMARS[name] for name in ("json", "python", "sql", "ambiguous", "left-recursive")},
+    # blanks and comments ignored, names that may touch keywords: runs of blank tokens
+    # start an ignored lexeme at every byte
+    "code": lambda: gramgen.Grammar.from_lark(r'''
+        start: stmt+
+        stmt: "int" NAME ("=" expr)? ";" | NAME "(" (expr ("," expr)*)? ")" ";" | "{" stmt* "}"
+        expr: expr "+" term | term
+        term: NAME | NUM | "(" expr ")" | NAME "." NAME
+        NAME: /[a-z_][a-z0-9_]*/
+        NUM: /[0-9]+/
+        %ignore /[ \t\n]+/
+        %ignore /\/\/[^\n]*/
+    '''),
+}
+
+
+CODE_TEXTS = [
+    b"int a = b + (c.d + 12);\n  f(a,  b ,c) ;{ int x;  // note\n   g( ) ; }\n\n int y=x+1;",
+    b"{\n\t{ int  z = ( ( 1 ) ) ;}  h(z.w ,  3 + 4);\n}  // end\n",
+    b"f(a)// x\n; g(b,(c))//yy\n ; int q = (r)//z\n+(s) // w\n;",
+]
+
+
+def _substring_vocabulary(texts, longest=10):
+    """Every byte, and every piece of the texts up to ``longest`` bytes, as tokens: tokens
+    that hold several lexemes, blanks after them, and the same piece at many offsets."""
+    pieces = {bytes([b]) for b in range(256)}
+    for text in texts:
+        for i in range(len(text)):
+            for n in range(2, longest + 1):
+                if i + n <= len(text):
+                    pieces.add(text[i:i + n])
+    tokens = sorted(pieces)
+    return gramgen.Vocabulary(tokens + [b""], eos_token_ids=[len(tokens)])
+
+
+@pytest.mark.parametrize("name", sorted(WALK_GRAMMARS))
+def test_walk_with_remembered_closures_equals_walk_without(name):
+    """The exit walk copies a closure it made before at another node (keyed by the lexemes
+    that end, their origins relative to the new set, the kernels of the sets they started
+    from); without that memory every closure is made afresh. Both decide every token alike,
+    the tokens read beyond a horizon included: on gpt2's vocabulary, and for the C-like
+    grammar on pieces of programs (tokens of several lexemes and blank runs, at many
+    offsets), along those programs."""
+    from conftest import vocabulary
+
+    if name == "code":
+        vocab, texts = _substring_vocabulary(CODE_TEXTS), CODE_TEXTS
+    else:
+        vocab, texts = vocabulary("gpt2"), [None]
+    cg = gramgen.compile(WALK_GRAMMARS[name](), vocab)
+    tt = cg.token_table
+    native = cg.tables.native
+    ranks = list(range(len(tt.sorted_bytes)))
+    rng = random.Random(name)
+    compared = 0
+    for text in texts:
+        m = cg.matcher()
+        steps = list(text) if text else [None] * 12
+        for step in steps:
+            chart = list(m._chart)
+            j = len(chart) - 1
+            for depth in (0, 1, 2):
+                far = native.horizon(chart, j, depth) if depth and j else []
+                a = native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, 1)
+                b = native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, 0)
+                assert a[:2] == b[:2], (name, m.text_bytes(), depth)
+                # and each closure copied equals the one made afresh (else RuntimeError)
+                assert native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, 2)[:2] == a[:2]
+                compared += 1
+            if step is None:
+                allowed = [t for t in m.mask().nonzero()[0].tolist() if t not in vocab.eos_token_ids]
+                if not allowed:
+                    break
+                m.advance(rng.choice(allowed))
+            else:
+                m.advance(tt.rank_to_id[tt.sorted_bytes.index(bytes([step]))])
+    assert compared >= 12

@@ -263,6 +263,7 @@ typedef struct {
     int32_t *origins;   /* pool of the scans' origins (each run sorted) */
     Pred *pred;         /* NULL: nothing predicted here */
     int32_t kid;        /* made in a walk: the id of its kernel there (see Kernel); else -1 */
+    int kabs;           /* ... and whether its kernel items all start in the walk's chart list */
     uint64_t nb[4];
     int nb_known;
     PyObject *sig, *local;
@@ -688,6 +689,7 @@ set_alloc(Tables *t, int32_t n_items, int32_t n_scans, Py_ssize_t n_origins)
     s->n_scans = n_scans;
     s->pred = NULL;
     s->kid = -1;
+    s->kabs = 0;
     s->nb_known = 0;
     s->sig = s->local = NULL;
     s->py_items = s->py_waiting = s->py_scans = s->py_nb = NULL;
@@ -1058,7 +1060,7 @@ typedef struct {
 
 typedef struct {
     uint64_t hash;      /* first: the entry of a PtrTable */
-    int32_t n_key, n_items, n_started, kid;
+    int32_t n_key, n_items, n_started, kid, kabs;
     int read;           /* the closure read a far set (Chart.read) */
     int start_ignored;  /* the ignored lexemes start here */
     Pred *pred;
@@ -1081,6 +1083,7 @@ typedef struct {
      * and the kernels (Kernel) seen, and the next kernel id (0: the empty kernel) */
     PtrTable closed, kernels;
     Py_ssize_t closed_below;
+    int closed_check;   /* tests: make every remembered closure afresh too, and compare */
     size_t closed_ints;
     int32_t next_kid;
     IVec enc;
@@ -1127,6 +1130,9 @@ enc_origin(Scratch *sc, Chart *c, int32_t here, int32_t o)
 static int32_t
 kernel_id(Scratch *sc, Chart *c, Set *s, int32_t here)
 {
+    s->kabs = 1;
+    for (int32_t i = 0; i < s->n_items && s->kabs; i++)
+        s->kabs = s->items[i].origin < sc->closed_below;
     if (!s->n_items && !s->pred)
         return 0;
     sc->enc.n = 0;
@@ -1354,7 +1360,35 @@ closed_apply(Tables *t, Chart *chart, Scratch *sc, const Closed *e, int32_t here
         if (out->items[x].origin < 0)
             out->items[x].origin += here;
     out->kid = e->kid;
+    out->kabs = e->kabs;
     return out;
+}
+
+/* whether remembered closure e says what `out`, just made at `here` by closure() (its
+ * roots still in sc->roots), says; `read`: that step read a far set */
+static int
+closed_agrees(Tables *t, Scratch *sc, const Closed *e, const Set *out, int32_t here, int read)
+{
+    if (e->n_items != out->n_items || e->pred != out->pred || e->read != read)
+        return 0;
+    for (int32_t x = 0; x < e->n_items; x++) {
+        int32_t o = e->items[x].origin < 0 ? e->items[x].origin + here : e->items[x].origin;
+        if (e->items[x].it != out->items[x].it || e->items[x].sym != out->items[x].sym || o != out->items[x].origin)
+            return 0;
+    }
+    int32_t y = 0;
+    for (Py_ssize_t x = 0; x < sc->roots.n; x++)
+        if (sc->roots.a[x] >= t->N && (y >= e->n_started || e->started[y++] != sc->roots.a[x] - t->N))
+            return 0;
+    if (y != e->n_started)
+        return 0;
+    int start = 0;
+    if (t->n_ignore) {
+        start = !t->any_glued;
+        for (int32_t x = 0; !start && x < out->n_items; x++)
+            start = !t->glued[out->items[x].it];
+    }
+    return start == e->start_ignored;
 }
 
 /* the closure remembered under the key in sc->enc (hash h), or NULL */
@@ -1418,6 +1452,7 @@ closed_store(Tables *t, Chart *chart, Scratch *sc, uint64_t h, Set *out, int32_t
         return kid == -1 ? -1 : 0;
     }
     e->kid = out->kid = kid;
+    e->kabs = out->kabs;
     if (sc->closed_ints + ints > CLOSED_INTS)
         closed_clear(sc);
     if (ptab_insert(&sc->closed, e) < 0) {
@@ -1454,6 +1489,7 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
      * relative to here) key the closure they make */
     int32_t here = (int32_t)n, ended = 0;
     int memo = sc->closed_below > 0;
+    Closed *checked = NULL;
     sc->enc.n = 0;
     for (int32_t i = 0; i < cur->n_scans; i++) {
         const Scan *s = &cur->scans[i];
@@ -1470,29 +1506,49 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
         if (memo) {
             if (ivec_push2(&sc->enc, s->lexeme, s->n) < 0)
                 goto done;
+            Py_ssize_t at = sc->enc.n;
             for (int32_t x = 0; memo && x < s->n; x++) {
-                int r = enc_origin(sc, chart, here, origins[x]);
+                int32_t o = origins[x];
+                if (t->is_ignore[s->lexeme] && o >= sc->closed_below && o - chart->n_list < chart->n_stack &&
+                    chart->stack[o - chart->n_list]->kabs && chart->stack[o - chart->n_list]->kid >= 0) {
+                    /* an ignored lexeme's completion reads the kernel items of the sets it
+                     * started from, whose origins (in the chart list) do not move with
+                     * them: a stacked origin is its kernel, wherever it is, and once is
+                     * enough (a run of blanks starts one at every byte) */
+                    int32_t kid = chart->stack[o - chart->n_list]->kid;
+                    int again = 0;
+                    for (Py_ssize_t y = at; y < sc->enc.n && !again; y += 2)
+                        again = sc->enc.a[y] == INT32_MIN && sc->enc.a[y + 1] == kid;
+                    if (!again && ivec_push2(&sc->enc, INT32_MIN, kid) < 0)
+                        goto done;
+                    continue;
+                }
+                int r = enc_origin(sc, chart, here, o);
                 if (r < 0)
                     goto done;
                 memo = !r;
             }
+            sc->enc.a[at - 1] = (int32_t)((sc->enc.n - at) / 2);
         }
     }
     if (b->n && !ended) {
         if (!(*out = set_build(t, NULL, NULL, b)))
             goto done;
-        if (sc->closed_below)
+        if (sc->closed_below) {
             (*out)->kid = 0;   /* the empty kernel */
+            (*out)->kabs = 1;
+        }
     } else if (b->n) {
         uint64_t h = 0;
         if (memo) {
             h = ints_hash(sc->enc.a, (int32_t)sc->enc.n);
             Closed *e = closed_find(sc, h);
-            if (e) {
+            if (e && !sc->closed_check) {
                 *out = closed_apply(t, chart, sc, e, here);
                 rc = *out ? 0 : -1;
                 goto done;
             }
+            checked = e;
         }
         int read_before = chart->read;
         chart->read = 0;
@@ -1509,7 +1565,13 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
         chart->read |= read_before;
         if (!*out)
             goto done;
-        if (memo && closed_store(t, chart, sc, h, *out, here, read) < 0) {
+        if (checked) {
+            if (!closed_agrees(t, sc, checked, *out, here, read)) {
+                PyErr_SetString(PyExc_RuntimeError, "a remembered closure differs from the one made afresh");
+                Py_CLEAR(*out);
+                goto done;
+            }
+        } else if (memo && closed_store(t, chart, sc, h, *out, here, read) < 0) {
             Py_CLEAR(*out);
             goto done;
         }
@@ -2126,18 +2188,21 @@ rank_array(PyObject *o, Py_ssize_t *n_out)
     return int_array(o, n_out, "ranks must be ints");
 }
 
-/* walk_exits(chart, far, ranks, blob, offsets) -> (found, beyond, steps); found and beyond
- * as bytes of native int32 (numpy.frombuffer reads them)
+/* walk_exits(chart, far, ranks, blob, offsets, remember=True) -> (found, beyond, steps);
+ * found and beyond as bytes of native int32 (numpy.frombuffer reads them)
  *
  * Which of the tokens `ranks` (ranks of the byte-sorted vocabulary: token r is
  * blob[offsets[r]:offsets[r + 1]]) the parser accepts after `chart` (found), and which of
  * them were decided by a step that read one of the chart positions `far` (beyond: see
- * Matcher._exit_words), with the number of parser steps taken. */
+ * Matcher._exit_words), with the number of parser steps taken. For tests: remember=0, no
+ * closure is remembered (Closed); remember=2, each one remembered is also made afresh
+ * and compared (RuntimeError if they differ). */
 static PyObject *
 tables_walk_exits(Tables *t, PyObject *args)
 {
     PyObject *list, *far_o, *ranks_o, *blob_o, *off_o;
-    if (!PyArg_ParseTuple(args, "O!OOOO", &PyList_Type, &list, &far_o, &ranks_o, &blob_o, &off_o))
+    int remember = 1;
+    if (!PyArg_ParseTuple(args, "O!OOOO|i", &PyList_Type, &list, &far_o, &ranks_o, &blob_o, &off_o, &remember))
         return NULL;
     Walk w;
     memset(&w, 0, sizeof(w));
@@ -2148,7 +2213,9 @@ tables_walk_exits(Tables *t, PyObject *args)
         return NULL;
     }
     w.sc.closed_below = w.chart.n_list;   /* the chart under the stack stays as it is */
-    if (getenv("NOMEMO")) w.sc.closed_below = 0;
+    if (!remember)
+        w.sc.closed_below = 0;   /* (tests: the same walk without remembered closures) */
+    w.sc.closed_check = remember == 2;   /* (tests: each remembered one checked) */
     w.sc.next_kid = 1;
     Py_buffer bb = {0}, ob = {0};
     uint8_t *far = NULL;
@@ -2557,7 +2624,7 @@ static PyMethodDef tables_methods[] = {
     {"try_texts", (PyCFunction)tables_try_texts, METH_VARARGS,
      "try_texts(chart, texts) -> bytes: 1 where the parser takes every byte of the text"},
     {"walk_exits", (PyCFunction)tables_walk_exits, METH_VARARGS,
-     "walk_exits(chart, far, ranks, blob, offsets) -> (found, beyond, steps)"},
+     "walk_exits(chart, far, ranks, blob, offsets, remember=1) -> (found, beyond, steps)"},
     {NULL}
 };
 
