@@ -243,7 +243,7 @@ typedef struct {
     int32_t n_views;
     PtrTable preds;      /* Pred: the prediction cache */
     PtrTable passes;     /* PassEntry: lexeme passes of big token groups (see cached_pass) */
-    size_t pass_ints;    /* ints held by the passes */
+    size_t pass_ints;    /* bytes held by the passes, in ints */
 } Tables;
 
 typedef struct {
@@ -289,8 +289,10 @@ pred_free(Pred *p)
 
 typedef struct {
     uint64_t hash;    /* first: the entry of a PtrTable */
-    int32_t depth, n_states, n_in, n_found, n_kept;
-    int32_t *data;   /* states (2 * n_states), in, found, kept */
+    int32_t lexeme, state, depth, lo, hi;
+    uint64_t *alive;  /* (hi - lo) bits: the token's rest keeps the lexeme alive to its end */
+    uint64_t *ended;  /* (hi - lo) bits: the lexeme accepts inside the rest, before a byte
+                       * that may follow it */
 } PassEntry;
 
 static void
@@ -298,7 +300,6 @@ pass_clear(Tables *t)
 {
     for (size_t i = 0; i < t->passes.cap; i++)
         if (t->passes.slot[i]) {
-            PyMem_Free(((PassEntry *)t->passes.slot[i])->data);
             PyMem_Free(t->passes.slot[i]);
         }
     PyMem_Free(t->passes.slot);
@@ -2020,87 +2021,223 @@ chart_push(Chart *c, Set *s)
     return 0;
 }
 
-/* lexeme passes of groups at least this big are cached in the tables, by the lexeme states,
- * the depth and the tokens (they recur: the same tokens after the same byte, in another
- * parser context); the cache is emptied when it holds more than PASS_INTS ints */
+/* Lexeme passes over big groups of tokens are cached in the tables, one lexeme state at a
+ * time. A pass decides a token by the (lexeme, state) pairs of the set, the depth and the
+ * token's own bytes: it is allowed when one pair survives its rest, left to the parser when
+ * none does but one accepts inside it before a byte that may follow, dropped otherwise.
+ * Both are unions over the pairs, so the tables cache, per pair, depth and group (every
+ * token of the vocabulary with the group's first `depth` bytes: a range of ranks), the two
+ * bit sets over the range, and a pass ORs those of its set's pairs. A pair and a group
+ * recur across parser contexts that start different lexemes at the same place. Groups
+ * below PASS_MIN tokens, or a small share of their range, are passed directly; the cache
+ * is emptied past PASS_INTS ints. */
 #define PASS_MIN 64
 #define PASS_INTS (4 << 20)
+
+/* the ranks [*lo, *hi) of the tokens whose first `depth` bytes are those of token r */
+static void
+prefix_range(const Walk *w, int32_t r, int depth, int32_t *lo, int32_t *hi)
+{
+    const uint8_t *p = w->blob + w->off[r];
+    /* token x against the prefix: <0, 0 (it starts with it), >0 */
+    #define PREFIX_CMP(x, out) do { \
+        const uint8_t *q_ = w->blob + w->off[x]; \
+        int64_t len_ = w->off[(x) + 1] - w->off[x]; \
+        int64_t m_ = len_ < depth ? len_ : depth; \
+        int c_ = memcmp(q_, p, (size_t)m_); \
+        out = c_ ? c_ : (len_ < depth ? -1 : 0); \
+    } while (0)
+    int32_t a = 0, b = r;   /* first rank not below the prefix: in [0, r] */
+    while (a < b) {
+        int32_t mid = a + (b - a) / 2, c;
+        PREFIX_CMP(mid, c);
+        if (c < 0)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    *lo = a;
+    a = r + 1;
+    b = (int32_t)w->n_ranks;   /* first rank above the prefix: in (r, n_ranks] */
+    while (a < b) {
+        int32_t mid = a + (b - a) / 2, c;
+        PREFIX_CMP(mid, c);
+        if (c <= 0)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    *hi = a;
+    #undef PREFIX_CMP
+}
+
+/* bits [from, to) of `bits` set */
+static void
+set_bit_range(uint64_t *bits, int32_t from, int32_t to)
+{
+    while (from < to && (from & 63)) {
+        bits[from >> 6] |= (uint64_t)1 << (from & 63);
+        from++;
+    }
+    while (from + 64 <= to) {
+        bits[from >> 6] = ~(uint64_t)0;
+        from += 64;
+    }
+    while (from < to) {
+        bits[from >> 6] |= (uint64_t)1 << (from & 63);
+        from++;
+    }
+}
+
+/* The pass of one (lexeme, state) pair over the tokens lo..hi-1 (sharing their first
+ * `depth` bytes) into e->alive / e->ended, over the trie of the range as lexeme_pass. */
+static int
+pair_pass(Walk *w, PassEntry *e)
+{
+    Tables *t = w->t;
+    int depth = e->depth;
+    Lex *L = &t->lex[e->lexeme];
+    const uint64_t *fol = t->follow + 4 * (size_t)e->lexeme;
+    /* per level p (depth .. top): the state after the token's bytes depth .. p - 1 (-1:
+     * dead) and whether the lexeme accepted before then, the next byte following */
+    if (lv_reserve(w, 1, 2) < 0)
+        return -1;
+    int32_t top = depth;
+    w->pairs[0] = e->state;
+    w->ended[0] = 0;
+    const uint8_t *prev = NULL;
+    for (int32_t r = e->lo; r < e->hi; r++) {
+        const uint8_t *data = w->blob + w->off[r];
+        int32_t len = (int32_t)(w->off[r + 1] - w->off[r]), i = r - e->lo;
+        if (len <= depth) {
+            e->alive[i >> 6] |= (uint64_t)1 << (i & 63);
+            continue;
+        }
+        int32_t lcp = depth;
+        if (prev)
+            while (lcp < top && lcp < len && data[lcp] == prev[lcp])
+                lcp++;
+        top = lcp;
+        prev = data;
+        while (top < len) {
+            int32_t q = w->pairs[top - depth];
+            if (q < 0)
+                break;
+            if (lv_reserve(w, top - depth + 2, top - depth + 3) < 0)
+                return -1;
+            int c = data[top], ended = w->ended[top - depth];
+            if (top > depth && !ended && L->accept[q] && has_byte(fol, c))
+                ended = 1;
+            top++;
+            w->pairs[top - depth] = L->trans[256 * (size_t)q + c];
+            w->ended[top - depth] = (uint8_t)ended;
+        }
+        if (top == len && w->pairs[top - depth] >= 0) {
+            e->alive[i >> 6] |= (uint64_t)1 << (i & 63);
+            continue;
+        }
+        int ended = w->ended[top - depth];
+        if (top < len) {
+            /* dead after the first `top` bytes: so is every token that has them, alike */
+            int32_t a, b;
+            prefix_range(w, r, top, &a, &b);
+            if (ended)
+                set_bit_range(e->ended, i, b - e->lo);
+            r = b - 1;
+        } else if (ended) {
+            e->ended[i >> 6] |= (uint64_t)1 << (i & 63);
+        }
+    }
+    return 0;
+}
+
+/* the cached pass of pair (k, q) over the group lo..hi-1 at `depth`, made on a miss */
+static PassEntry *
+pair_entry(Walk *w, int32_t k, int32_t q, int depth, int32_t lo, int32_t hi)
+{
+    Tables *t = w->t;
+    uint64_t h = ((((uint64_t)(uint32_t)k * 1099511628211ULL ^ (uint32_t)q) * 1099511628211ULL ^
+                   (uint32_t)depth) * 1099511628211ULL ^ (uint32_t)lo) * 1099511628211ULL ^ (uint32_t)hi;
+    if (t->passes.cap) {
+        size_t mask = t->passes.cap - 1;
+        for (size_t p = hmix(h) & mask; t->passes.slot[p]; p = (p + 1) & mask) {
+            PassEntry *x = t->passes.slot[p];
+            if (x->hash == h && x->lexeme == k && x->state == q && x->depth == depth && x->lo == lo && x->hi == hi)
+                return x;
+        }
+    }
+    size_t words = ((size_t)(hi - lo) + 63) / 64;
+    size_t bytes = sizeof(PassEntry) + 2 * words * sizeof(uint64_t);
+    PassEntry *e = PyMem_Calloc(1, bytes);
+    if (!e) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    e->hash = h;
+    e->lexeme = k;
+    e->state = q;
+    e->depth = depth;
+    e->lo = lo;
+    e->hi = hi;
+    e->alive = (uint64_t *)(e + 1);
+    e->ended = e->alive + words;
+    if (pair_pass(w, e) < 0) {
+        PyMem_Free(e);
+        return NULL;
+    }
+    size_t ints = (bytes + sizeof(int32_t) - 1) / sizeof(int32_t);
+    if (t->pass_ints + ints > PASS_INTS)
+        pass_clear(t);
+    if (ptab_insert(&t->passes, e) < 0) {
+        PyMem_Free(e);
+        return NULL;
+    }
+    t->pass_ints += ints;
+    return e;
+}
 
 static int
 cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
 {
-    Tables *t = w->t;
-    if (*n < PASS_MIN)
+    if (*n < PASS_MIN || !cur->n_scans)
         return lexeme_pass(w, cur, rs, n, depth);
-    int32_t ns = cur->n_scans;
-    int32_t *states = PyMem_Malloc((size_t)(2 * ns + 1) * sizeof(int32_t));
-    if (!states) {
+    int32_t lo, hi;
+    prefix_range(w, rs[0], depth, &lo, &hi);
+    if ((int64_t)(hi - lo) > 4 * (int64_t)*n || rs[0] < lo || rs[*n - 1] >= hi)
+        return lexeme_pass(w, cur, rs, n, depth);
+    size_t words = ((size_t)(hi - lo) + 63) / 64;
+    uint64_t *alive = PyMem_Calloc(2 * words + 1, sizeof(uint64_t));
+    if (!alive) {
         PyErr_NoMemory();
         return -1;
     }
-    for (int32_t i = 0; i < ns; i++) {
-        states[2 * i] = cur->scans[i].lexeme;
-        states[2 * i + 1] = cur->scans[i].state;
-    }
-    qsort(states, (size_t)ns, 2 * sizeof(int32_t), cmp_pair);
-    uint64_t h = ints_hash(states, 2 * ns) * 31 + (uint64_t)depth;
-    h = h * 1099511628211ULL ^ ints_hash(rs, *n);
-    if (t->passes.cap) {
-        size_t mask = t->passes.cap - 1;
-        for (size_t p = hmix(h) & mask; t->passes.slot[p]; p = (p + 1) & mask) {
-            PassEntry *e = t->passes.slot[p];
-            if (e->hash != h || e->depth != depth || e->n_states != ns || e->n_in != *n ||
-                memcmp(e->data, states, (size_t)(2 * ns) * sizeof(int32_t)) ||
-                memcmp(e->data + 2 * ns, rs, (size_t)*n * sizeof(int32_t)))
-                continue;
-            PyMem_Free(states);
-            const int32_t *found = e->data + 2 * ns + e->n_in;
-            if (ivec_reserve(&w->found, e->n_found) < 0)
-                return -1;
-            memcpy(w->found.a + w->found.n, found, (size_t)e->n_found * sizeof(int32_t));
-            w->found.n += e->n_found;
-            memcpy(rs, found + e->n_found, (size_t)e->n_kept * sizeof(int32_t));
-            *n = e->n_kept;
-            return 0;
+    uint64_t *ended = alive + words;
+    for (int32_t i = 0; i < cur->n_scans; i++) {
+        /* (an entry may be evicted by the next one made: read it at once) */
+        PassEntry *e = pair_entry(w, cur->scans[i].lexeme, cur->scans[i].state, depth, lo, hi);
+        if (!e) {
+            PyMem_Free(alive);
+            return -1;
+        }
+        for (size_t x = 0; x < words; x++) {
+            alive[x] |= e->alive[x];
+            ended[x] |= e->ended[x];
         }
     }
-    int32_t n_in = *n;
-    size_t total = (size_t)(2 * ns) + 2 * (size_t)n_in;   /* found + kept <= in */
-    int32_t *data = PyMem_Malloc(total * sizeof(int32_t));
-    PassEntry *e = PyMem_Malloc(sizeof(PassEntry));
-    if (!data || !e) {
-        PyMem_Free(data);
-        PyMem_Free(e);
-        PyMem_Free(states);
-        PyErr_NoMemory();
-        return -1;
+    int32_t kept = 0;
+    for (int32_t x = 0; x < *n; x++) {
+        int32_t i = rs[x] - lo;
+        if (alive[i >> 6] >> (i & 63) & 1) {
+            if (ivec_push(&w->found, rs[x]) < 0) {
+                PyMem_Free(alive);
+                return -1;
+            }
+        } else if (ended[i >> 6] >> (i & 63) & 1) {
+            rs[kept++] = rs[x];
+        }
     }
-    memcpy(data, states, (size_t)(2 * ns) * sizeof(int32_t));
-    memcpy(data + 2 * ns, rs, (size_t)n_in * sizeof(int32_t));
-    PyMem_Free(states);
-    Py_ssize_t found_before = w->found.n;
-    if (lexeme_pass(w, cur, rs, n, depth) < 0) {
-        PyMem_Free(data);
-        PyMem_Free(e);
-        return -1;
-    }
-    e->hash = h;
-    e->depth = depth;
-    e->n_states = ns;
-    e->n_in = n_in;
-    e->n_found = (int32_t)(w->found.n - found_before);
-    e->n_kept = *n;
-    memcpy(data + 2 * ns + n_in, w->found.a + found_before, (size_t)e->n_found * sizeof(int32_t));
-    memcpy(data + 2 * ns + n_in + e->n_found, rs, (size_t)e->n_kept * sizeof(int32_t));
-    e->data = data;
-    if (t->pass_ints + total > PASS_INTS)
-        pass_clear(t);
-    if (ptab_insert(&t->passes, e) < 0) {
-        PyMem_Free(data);
-        PyMem_Free(e);
-        return -1;
-    }
-    t->pass_ints += total;
+    PyMem_Free(alive);
+    *n = kept;
     return 0;
 }
 

@@ -71,6 +71,16 @@ def _whole_number(value, what: str) -> int:
         raise ConfigurationError(f"{what} must be an int, not {type(value).__name__} ({value!r:.60})") from None
 
 
+
+def _sorted_ranks(ranks) -> np.ndarray:
+    """The distinct ranks, ascending, as a read-only int64 array (cache entries share it);
+    a sort and a neighbour comparison, not numpy.unique's hashing (slow for 50k ranks)."""
+    a = np.sort(np.asarray(ranks, dtype=np.int64))
+    if a.size > 1:
+        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
+    a.flags.writeable = False
+    return a
+
 class Matcher:
     """Tracks which text has been produced and answers which tokens may come next.
 
@@ -556,23 +566,24 @@ class Matcher:
                     # this horizon is cached for every context that agrees up to it
                     words = self._pack_ranks(found)
                     # ranks stand for bytes: in rank order a later walk can bisect them (a
-                    # jump leaves them in the order of their rests)
-                    far = tuple(sorted(set(beyond)))
-                    cg.store_exits(key, (words & ~self._pack_ranks(far) if far else words, far))
+                    # jump leaves them in the order of their rests); kept as a read-only
+                    # array (a cache entry is shared)
+                    far = _sorted_ranks(beyond)
+                    cg.store_exits(key, (words & ~self._pack_ranks(far) if far.size else words, far))
                     return out | words
                 # every exit token ends a lexeme whose completion looks further back
-                entry = (self._pack_ranks([]), tuple(sorted(ranks)))
+                entry = (self._pack_ranks([]), _sorted_ranks(ranks))
                 cg.store_exits(key, entry)
             out |= entry[0]
             ranks = entry[1]
-            if not ranks:
+            if not len(ranks):
                 return out
             if depth >= 3 and len(ranks) <= _FEW:
                 break  # a few tokens that look far up (`"}]}`): walking them once is cheaper
         found, _ = self._walk_exits(list(chart), ranks, HorizonReads())
         return out | self._pack_ranks(found)
 
-    def _pack_ranks(self, ranks: list[int]) -> np.ndarray:
+    def _pack_ranks(self, ranks) -> np.ndarray:
         cg = self._cg
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         bitmask.set_bits(out, ranks, cg.token_table.rank_to_id)
