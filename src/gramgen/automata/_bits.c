@@ -55,6 +55,45 @@ index_at(const Py_buffer *v, int wide, Py_ssize_t i)
     return wide ? ((const int64_t *)v->buf)[i] : ((const int32_t *)v->buf)[i];
 }
 
+/* The set bits of w[0..ceil(limit / 32)) below limit, ascending, as bytes of int64; with
+ * `known`, only those whose token map[bit] is not set in known (n_known bits) */
+static PyObject *
+scan_bits(const uint32_t *w, Py_ssize_t limit, const Py_buffer *map, int wide, const uint32_t *known,
+          Py_ssize_t n_known)
+{
+    Py_ssize_t last = (limit + 31) / 32, count = 0;
+    for (Py_ssize_t i = 0; i < last; i++)
+        count += __builtin_popcount(w[i]);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * 8);
+    if (!out)
+        return NULL;
+    int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < last; i++) {
+        uint32_t x = w[i];
+        while (x) {
+            int64_t r = 32 * (int64_t)i + __builtin_ctz(x);
+            x &= x - 1;
+            if (r >= limit)
+                break;
+            if (known) {
+                int64_t id = index_at(map, wide, r);
+                if (id < 0 || id >= n_known) {
+                    PyErr_SetString(PyExc_ValueError, "rank_to_id: a token outside known");
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                if (known[id >> 5] >> (id & 31) & 1)
+                    continue;
+            }
+            dst[n++] = r;
+        }
+    }
+    if (n != count && _PyBytes_Resize(&out, n * 8) < 0)
+        return NULL;
+    return out;
+}
+
 /* positions(words, limit) -> bytes of int64: the set bits below limit, ascending */
 static PyObject *
 positions(PyObject *self, PyObject *args)
@@ -66,34 +105,10 @@ positions(PyObject *self, PyObject *args)
     Py_buffer wv;
     if (get_words(words_o, &wv, 0, "words") < 0)
         return NULL;
-    const uint32_t *w = wv.buf;
-    Py_ssize_t n_words = wv.len / 4, count = 0;
-    if (limit > 32 * n_words)
-        limit = 32 * n_words;
-    if (limit < 0)
-        limit = 0;
-    Py_ssize_t last = (limit + 31) / 32;
-    for (Py_ssize_t i = 0; i < last; i++)
-        count += __builtin_popcount(w[i]);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, count * 8);
-    if (!out) {
-        PyBuffer_Release(&wv);
-        return NULL;
-    }
-    int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
-    Py_ssize_t n = 0;
-    for (Py_ssize_t i = 0; i < last; i++) {
-        uint32_t x = w[i];
-        while (x) {
-            int64_t p = 32 * (int64_t)i + __builtin_ctz(x);
-            x &= x - 1;
-            if (p < limit)
-                dst[n++] = p;
-        }
-    }
+    if (limit > 32 * (wv.len / 4))
+        limit = 32 * (wv.len / 4);
+    PyObject *out = scan_bits(wv.buf, limit < 0 ? 0 : limit, NULL, 0, NULL, 0);
     PyBuffer_Release(&wv);
-    if (n != count && _PyBytes_Resize(&out, n * 8) < 0)
-        return NULL;
     return out;
 }
 
@@ -120,43 +135,12 @@ candidates(PyObject *self, PyObject *args)
         PyBuffer_Release(&mv);
         return NULL;
     }
-    PyObject *out = NULL;
-    const uint32_t *e = ev.buf, *k = kv.buf;
-    Py_ssize_t n_map = mv.len / mv.itemsize, n_known = 32 * (kv.len / 4);
+    Py_ssize_t n_map = mv.len / mv.itemsize;
     if (limit > 32 * (ev.len / 4))
         limit = 32 * (ev.len / 4);
     if (limit > n_map)
         limit = n_map;
-    if (limit < 0)
-        limit = 0;
-    Py_ssize_t last = (limit + 31) / 32, count = 0;
-    for (Py_ssize_t i = 0; i < last; i++)
-        count += __builtin_popcount(e[i]);
-    out = PyBytes_FromStringAndSize(NULL, count * 8);
-    if (!out)
-        goto done;
-    int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
-    Py_ssize_t n = 0;
-    for (Py_ssize_t i = 0; i < last; i++) {
-        uint32_t x = e[i];
-        while (x) {
-            int64_t r = 32 * (int64_t)i + __builtin_ctz(x);
-            x &= x - 1;
-            if (r >= limit)
-                break;
-            int64_t id = index_at(&mv, wide, r);
-            if (id < 0 || id >= n_known) {
-                PyErr_SetString(PyExc_ValueError, "rank_to_id: a token outside known");
-                Py_CLEAR(out);
-                goto done;
-            }
-            if (!(k[id >> 5] >> (id & 31) & 1))
-                dst[n++] = r;
-        }
-    }
-    if (n != count && _PyBytes_Resize(&out, n * 8) < 0)
-        out = NULL;
-done:
+    PyObject *out = scan_bits(ev.buf, limit < 0 ? 0 : limit, &mv, wide, kv.buf, 32 * (kv.len / 4));
     PyBuffer_Release(&ev);
     PyBuffer_Release(&mv);
     PyBuffer_Release(&kv);

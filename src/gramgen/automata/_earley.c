@@ -39,22 +39,29 @@ typedef struct {
     Py_ssize_t n, cap;
 } IVec;
 
+/* *buf (of *cap items of `item` bytes) grown by doubling, from `first`, to hold `need` */
 static int
-ivec_reserve(IVec *v, Py_ssize_t extra)
+grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t item, Py_ssize_t first)
 {
-    if (v->n + extra <= v->cap)
+    if (need <= *cap)
         return 0;
-    Py_ssize_t cap = v->cap ? v->cap : 16;
-    while (cap < v->n + extra)
-        cap *= 2;
-    int32_t *a = PyMem_Realloc(v->a, (size_t)cap * sizeof(int32_t));
+    Py_ssize_t c = *cap ? *cap : first;
+    while (c < need)
+        c *= 2;
+    void *a = PyMem_Realloc(*buf, (size_t)c * item);
     if (!a) {
         PyErr_NoMemory();
         return -1;
     }
-    v->a = a;
-    v->cap = cap;
+    *buf = a;
+    *cap = c;
     return 0;
+}
+
+static int
+ivec_reserve(IVec *v, Py_ssize_t extra)
+{
+    return grow((void **)&v->a, &v->cap, v->n + extra, sizeof(int32_t), 16);
 }
 
 static inline int
@@ -1901,37 +1908,24 @@ has_byte(const uint64_t *bits, int b)
 static int
 lv_reserve(Walk *w, Py_ssize_t pairs, Py_ssize_t levels)
 {
-    if (2 * pairs > w->cap_pairs) {
-        Py_ssize_t cap = w->cap_pairs ? w->cap_pairs : 256;
-        while (cap < 2 * pairs)
-            cap *= 2;
-        int32_t *a = PyMem_Realloc(w->pairs, (size_t)cap * sizeof(int32_t));
-        if (!a) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        w->pairs = a;
-        w->cap_pairs = cap;
-    }
-    if (levels > w->cap_levels) {
-        Py_ssize_t cap = w->cap_levels ? w->cap_levels : 64;
-        while (cap < levels)
-            cap *= 2;
-        Py_ssize_t *o = PyMem_Realloc(w->level_at, (size_t)cap * sizeof(Py_ssize_t));
-        if (!o) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        w->level_at = o;
-        uint8_t *m = PyMem_Realloc(w->ended, (size_t)cap);
-        if (!m) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        w->ended = m;
-        w->cap_levels = cap;
-    }
-    return 0;
+    Py_ssize_t cap_levels = w->cap_levels;
+    if (grow((void **)&w->pairs, &w->cap_pairs, 2 * pairs, sizeof(int32_t), 256) < 0 ||
+        grow((void **)&w->level_at, &w->cap_levels, levels, sizeof(Py_ssize_t), 64) < 0)
+        return -1;
+    /* `ended` follows level_at's capacity */
+    return grow((void **)&w->ended, &cap_levels, w->cap_levels, 1, 64);
+}
+
+/* where a pass resumes for a token (len bytes at data) after the one at prev, whose levels
+ * depth .. top are known: at the first byte the two differ */
+static inline int32_t
+resume_level(const uint8_t *data, int32_t len, const uint8_t *prev, int32_t depth, int32_t top)
+{
+    int32_t lcp = depth;
+    if (prev)
+        while (lcp < top && lcp < len && data[lcp] == prev[lcp])
+            lcp++;
+    return lcp;
 }
 
 static int
@@ -1962,11 +1956,7 @@ lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
                 return -1;
             continue;
         }
-        int32_t lcp = depth;
-        if (prev)
-            while (lcp < top && lcp < len && data[lcp] == prev[lcp])
-                lcp++;
-        top = lcp;
+        top = resume_level(data, len, prev, depth, top);
         prev = data;
         while (top < len) {
             Py_ssize_t a = w->level_at[top - depth], b = w->level_at[top - depth + 1];
@@ -2113,11 +2103,7 @@ pair_pass(Walk *w, PassEntry *e)
             e->alive[i >> 6] |= (uint64_t)1 << (i & 63);
             continue;
         }
-        int32_t lcp = depth;
-        if (prev)
-            while (lcp < top && lcp < len && data[lcp] == prev[lcp])
-                lcp++;
-        top = lcp;
+        top = resume_level(data, len, prev, depth, top);
         prev = data;
         while (top < len) {
             int32_t q = w->pairs[top - depth];
