@@ -274,7 +274,7 @@ def _substring_vocabulary(texts, longest=10):
 
 
 @pytest.mark.parametrize("name", sorted(WALK_GRAMMARS))
-def test_walk_with_remembered_closures_equals_walk_without(name):
+def test_walk_with_remembered_closures_equals_walk_without(name, monkeypatch):
     """The exit walk copies a closure it made before at another node (keyed by the lexemes
     that end, their origins relative to the new set, the kernels of the sets they started
     from); without that memory every closure is made afresh. Both decide every token alike,
@@ -287,6 +287,7 @@ def test_walk_with_remembered_closures_equals_walk_without(name):
         vocab, texts = _substring_vocabulary(CODE_TEXTS), CODE_TEXTS
     else:
         vocab, texts = vocabulary("gpt2"), [None]
+    monkeypatch.setattr(earley, "NATIVE", True)    # (whatever GRAMGEN_NATIVE says)
     cg = gramgen.compile(WALK_GRAMMARS[name](), vocab)
     tt = cg.token_table
     native = cg.tables.native

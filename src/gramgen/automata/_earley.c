@@ -190,6 +190,16 @@ entry_hash(const void *e)
     return *(const uint64_t *)e;
 }
 
+/* empty the table, freeing every entry (entries that own nothing else) */
+static void
+ptab_free_all(PtrTable *pt)
+{
+    for (size_t i = 0; i < pt->cap; i++)
+        PyMem_Free(pt->slot[i]);
+    PyMem_Free(pt->slot);
+    memset(pt, 0, sizeof(*pt));
+}
+
 static int
 ptab_insert(PtrTable *t, void *e)
 {
@@ -305,12 +315,7 @@ typedef struct {
 static void
 pass_clear(Tables *t)
 {
-    for (size_t i = 0; i < t->passes.cap; i++)
-        if (t->passes.slot[i]) {
-            PyMem_Free(t->passes.slot[i]);
-        }
-    PyMem_Free(t->passes.slot);
-    memset(&t->passes, 0, sizeof(PtrTable));
+    ptab_free_all(&t->passes);
     t->pass_ints = 0;
 }
 
@@ -967,17 +972,7 @@ sb_add(ScanBuilder *b, int32_t k, int32_t q, const int32_t *origins, int32_t n)
     return 0;
 }
 
-static int
-cmp_kitem(const void *a, const void *b)
-{
-    const KItem *x = a, *y = b;
-    if (x->sym != y->sym)
-        return x->sym < y->sym ? -1 : 1;
-    if (x->it != y->it)
-        return x->it < y->it ? -1 : 1;
-    return x->origin < y->origin ? -1 : x->origin > y->origin;
-}
-
+/* the order of kernel items: (symbol after the dot, item, origin) */
 static inline int
 kitem_less(const KItem *x, const KItem *y)
 {
@@ -986,6 +981,12 @@ kitem_less(const KItem *x, const KItem *y)
     if (x->it != y->it)
         return x->it < y->it;
     return x->origin < y->origin;
+}
+
+static int
+cmp_kitem(const void *a, const void *b)
+{
+    return kitem_less(a, b) ? -1 : kitem_less(b, a);
 }
 
 /* kernel items in (sym, it, origin) order: insertion sort for the usual few dozen (a
@@ -1056,9 +1057,10 @@ set_build(Tables *t, const IVec *items, Pred *pred, const ScanBuilder *b)
  * one on the stack as its distance back (< 0) with the kernel id of the set there. A
  * kernel (the kernel items and the prediction of a stacked set, its origins so written
  * relative to that set) gets an id the first time it is seen; equal ids, equal kernels. A
- * closure reads nothing of the sets at its agenda's origins but their kernels (and, through
- * their items, the kernels further back), so an agenda so written closes the same way at
- * any position of the walk, every origin on the stack shifted with `here`. */
+ * step's completion and closure read nothing of the sets at the ended lexemes' origins but
+ * their kernels (and, through their items, the kernels further back), so the lexemes ended
+ * with their origins so written close the same way at any position of the walk, every
+ * origin on the stack shifted with `here`. */
 typedef struct {
     uint64_t hash;      /* first: the entry of a PtrTable */
     int32_t n, kid;
@@ -1072,7 +1074,8 @@ typedef struct {
     int read;           /* the closure read a far set (Chart.read) */
     int start_ignored;  /* the ignored lexemes start here */
     Pred *pred;
-    int32_t *key;       /* the agenda: (item, origin, kernel id or -1) per entry */
+    int32_t *key;       /* per lexeme ended: lexeme, number of origins, each origin written
+                         * as two ints (see step_core) */
     KItem *items;       /* sorted, origins relative (see above) */
     int32_t *started;   /* lexemes started by the kernel items (those of pred apart) */
 } Closed;
@@ -1095,16 +1098,12 @@ typedef struct {
     size_t closed_ints;
     int32_t next_kid;
     IVec enc;
+    IVec ends;          /* step_core: the scans that end their lexeme */
+    /* closure() leaves: its roots from n_nt on are lexemes (the rest nonterminals), and
+     * whether it started the ignored lexemes */
+    Py_ssize_t n_nt;
+    int start_ignored;
 } Scratch;
-
-static void
-ptab_free_all(PtrTable *pt)
-{
-    for (size_t i = 0; i < pt->cap; i++)
-        PyMem_Free(pt->slot[i]);
-    PyMem_Free(pt->slot);
-    memset(pt, 0, sizeof(*pt));
-}
 
 static void
 closed_clear(Scratch *sc)
@@ -1193,7 +1192,26 @@ scratch_free(Scratch *sc)
     PyMem_Free(sc->is_root);
     closed_clear(sc);
     ivec_free(&sc->enc);
+    ivec_free(&sc->ends);
     memset(sc, 0, sizeof(*sc));
+}
+
+/* Scans at `here` for the lexemes that start there: lex[0..n) (each minus `base`), those
+ * `pred` predicts, and the ignored ones when `ignored`. */
+static int
+start_lexemes(Tables *t, ScanBuilder *b, const int32_t *lex, Py_ssize_t n, int32_t base, const Pred *pred,
+              int ignored, int32_t here)
+{
+    for (Py_ssize_t x = 0; x < n; x++)
+        if (sb_add(b, lex[x] - base, 0, &here, 1) < 0)
+            return -1;
+    for (int32_t x = 0; pred && x < pred->n_lex; x++)
+        if (sb_add(b, pred->lex[x], 0, &here, 1) < 0)
+            return -1;
+    for (int32_t x = 0; ignored && x < t->n_ignore; x++)
+        if (sb_add(b, t->ignore[x], 0, &here, 1) < 0)
+            return -1;
+    return 0;
 }
 
 /* Complete from the agenda (kernel items) and predict, into the set at position
@@ -1251,31 +1269,26 @@ closure(Tables *t, Chart *chart, Scratch *sc)
             goto done;
     }
     Pred *pred = NULL;
+    Py_ssize_t n_nt = 0;
     if (roots->n) {
         qsort(roots->a, (size_t)roots->n, sizeof(int32_t), cmp_int);
-        int32_t n_nt = 0;
         while (n_nt < roots->n && roots->a[n_nt] < N)
             n_nt++;
-        if (n_nt && !(pred = prediction(t, roots->a, n_nt)))
+        if (n_nt && !(pred = prediction(t, roots->a, (int32_t)n_nt)))
             goto done;
     }
+    sc->n_nt = n_nt;
+    sc->start_ignored = 0;
     if (items->n) {
-        for (Py_ssize_t x = 0; x < roots->n; x++)
-            if (roots->a[x] >= N && sb_add(b, roots->a[x] - N, 0, &here, 1) < 0)
-                goto done;
-        if (pred)
-            for (int32_t x = 0; x < pred->n_lex; x++)
-                if (sb_add(b, pred->lex[x], 0, &here, 1) < 0)
-                    goto done;
         if (t->n_ignore) {
             /* ignored lexemes start where an item outside split lexemes is */
             int start = !t->any_glued;
             for (Py_ssize_t x = 0; !start && x < items->n; x += 2)
                 start = !t->glued[items->a[x]];
-            for (int32_t x = 0; start && x < t->n_ignore; x++)
-                if (sb_add(b, t->ignore[x], 0, &here, 1) < 0)
-                    goto done;
+            sc->start_ignored = start;
         }
+        if (start_lexemes(t, b, roots->a + n_nt, roots->n - n_nt, N, pred, sc->start_ignored, here) < 0)
+            goto done;
     }
     out = set_build(t, items, pred, b);
     /* empty `seen` for the next closure: the keys added are the items, and removed in the
@@ -1348,19 +1361,10 @@ allowed(Set *s)
 static Set *
 closed_apply(Tables *t, Chart *chart, Scratch *sc, const Closed *e, int32_t here)
 {
-    ScanBuilder *b = &sc->b;
     chart->read |= e->read;
-    for (int32_t x = 0; x < e->n_started; x++)
-        if (sb_add(b, e->started[x], 0, &here, 1) < 0)
-            return NULL;
-    if (e->pred)
-        for (int32_t x = 0; x < e->pred->n_lex; x++)
-            if (sb_add(b, e->pred->lex[x], 0, &here, 1) < 0)
-                return NULL;
-    for (int32_t x = 0; e->start_ignored && x < t->n_ignore; x++)
-        if (sb_add(b, t->ignore[x], 0, &here, 1) < 0)
-            return NULL;
-    Set *out = set_with_scans(t, e->n_items, e->pred, b);
+    if (start_lexemes(t, &sc->b, e->started, e->n_started, 0, e->pred, e->start_ignored, here) < 0)
+        return NULL;
+    Set *out = set_with_scans(t, e->n_items, e->pred, &sc->b);
     if (!out)
         return NULL;
     memcpy(out->items, e->items, (size_t)e->n_items * sizeof(KItem));
@@ -1372,8 +1376,8 @@ closed_apply(Tables *t, Chart *chart, Scratch *sc, const Closed *e, int32_t here
     return out;
 }
 
-/* whether remembered closure e says what `out`, just made at `here` by closure() (its
- * roots still in sc->roots), says; `read`: that step read a far set */
+/* whether remembered closure e says what `out`, just made at `here` by closure() (what
+ * it started still in sc), says; `read`: that step read a far set */
 static int
 closed_agrees(Tables *t, Scratch *sc, const Closed *e, const Set *out, int32_t here, int read)
 {
@@ -1384,19 +1388,12 @@ closed_agrees(Tables *t, Scratch *sc, const Closed *e, const Set *out, int32_t h
         if (e->items[x].it != out->items[x].it || e->items[x].sym != out->items[x].sym || o != out->items[x].origin)
             return 0;
     }
-    int32_t y = 0;
-    for (Py_ssize_t x = 0; x < sc->roots.n; x++)
-        if (sc->roots.a[x] >= t->N && (y >= e->n_started || e->started[y++] != sc->roots.a[x] - t->N))
-            return 0;
-    if (y != e->n_started)
+    if (e->n_started != sc->roots.n - sc->n_nt || e->start_ignored != sc->start_ignored)
         return 0;
-    int start = 0;
-    if (t->n_ignore) {
-        start = !t->any_glued;
-        for (int32_t x = 0; !start && x < out->n_items; x++)
-            start = !t->glued[out->items[x].it];
-    }
-    return start == e->start_ignored;
+    for (int32_t y = 0; y < e->n_started; y++)
+        if (e->started[y] != sc->roots.a[sc->n_nt + y] - t->N)
+            return 0;
+    return 1;
 }
 
 /* the closure remembered under the key in sc->enc (hash h), or NULL */
@@ -1416,14 +1413,12 @@ closed_find(Scratch *sc, uint64_t h)
     return NULL;
 }
 
-/* Remember `out`, just made at `here` by closure() (its roots still in sc->roots), under
+/* Remember `out`, just made at `here` by closure() (what it started still in sc), under
  * the key in sc->enc (hash h); `read`: the step read a far set. 0, or -1 on an error. */
 static int
 closed_store(Tables *t, Chart *chart, Scratch *sc, uint64_t h, Set *out, int32_t here, int read)
 {
-    int32_t n_key = (int32_t)sc->enc.n, n_started = 0;
-    for (Py_ssize_t x = 0; x < sc->roots.n; x++)
-        n_started += sc->roots.a[x] >= t->N;
+    int32_t n_key = (int32_t)sc->enc.n, n_started = (int32_t)(sc->roots.n - sc->n_nt);
     size_t ints = (size_t)n_key + 3 * (size_t)out->n_items + (size_t)n_started;
     Closed *e = PyMem_Malloc(sizeof(Closed) + ints * sizeof(int32_t));
     if (!e) {
@@ -1435,13 +1430,7 @@ closed_store(Tables *t, Chart *chart, Scratch *sc, uint64_t h, Set *out, int32_t
     e->n_items = out->n_items;
     e->n_started = n_started;
     e->read = read;
-    e->start_ignored = 0;
-    if (t->n_ignore) {
-        int start = !t->any_glued;
-        for (int32_t x = 0; !start && x < out->n_items; x++)
-            start = !t->glued[out->items[x].it];
-        e->start_ignored = start;
-    }
+    e->start_ignored = sc->start_ignored;
     e->pred = out->pred;
     e->items = (KItem *)(e + 1);
     e->key = (int32_t *)(e->items + out->n_items);
@@ -1451,9 +1440,8 @@ closed_store(Tables *t, Chart *chart, Scratch *sc, uint64_t h, Set *out, int32_t
     for (int32_t x = 0; x < out->n_items; x++)
         if (e->items[x].origin >= sc->closed_below)
             e->items[x].origin -= here;
-    for (Py_ssize_t x = 0, y = 0; y < n_started; x++)
-        if (sc->roots.a[x] >= t->N)
-            e->started[y++] = sc->roots.a[x] - t->N;
+    for (int32_t y = 0; y < n_started; y++)
+        e->started[y] = sc->roots.a[sc->n_nt + y] - t->N;
     int32_t kid = kernel_id(sc, chart, out, here);   /* (overwrites sc->enc) */
     if (kid < 0) {
         PyMem_Free(e);
@@ -1498,7 +1486,7 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
     int32_t here = (int32_t)n, ended = 0;
     int memo = sc->closed_below > 0;
     Closed *checked = NULL;
-    sc->enc.n = 0;
+    sc->enc.n = sc->ends.n = 0;
     for (int32_t i = 0; i < cur->n_scans; i++) {
         const Scan *s = &cur->scans[i];
         Lex *L = &t->lex[s->lexeme];
@@ -1511,6 +1499,8 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
         if (!L->accept[q2])
             continue;
         ended = 1;
+        if (ivec_push(&sc->ends, i) < 0)
+            goto done;
         if (memo) {
             if (ivec_push2(&sc->enc, s->lexeme, s->n) < 0)
                 goto done;
@@ -1560,12 +1550,9 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
         }
         int read_before = chart->read;
         chart->read = 0;
-        for (int32_t i = 0; i < cur->n_scans; i++) {
-            const Scan *s = &cur->scans[i];
-            Lex *L = &t->lex[s->lexeme];
-            int32_t q2 = L->trans[256 * (size_t)s->state + byte];
-            if (q2 >= 0 && L->accept[q2] &&
-                complete(t, &sc->agenda, chart, s->lexeme, cur->origins + s->off, s->n) < 0)
+        for (Py_ssize_t x = 0; x < sc->ends.n; x++) {
+            const Scan *s = &cur->scans[sc->ends.a[x]];
+            if (complete(t, &sc->agenda, chart, s->lexeme, cur->origins + s->off, s->n) < 0)
                 goto done;
         }
         *out = closure(t, chart, sc);
@@ -1721,6 +1708,16 @@ tables_complete_closure(Tables *t, PyObject *args)
     return out;
 }
 
+/* position o (0 .. j) onto `next` if not yet `inside`; -1 on an error */
+static inline int
+reach(IVec *next, uint8_t *inside, Py_ssize_t j, int32_t o)
+{
+    if (o < 0 || o > j || inside[o])
+        return 0;
+    inside[o] = 1;
+    return ivec_push(next, o);
+}
+
 /* horizon(chart, j, depth): the positions exactly `depth` origin links away from set j
  * (through the origins of its kernel items and scans), ascending; [] when every set
  * within reach is nearer (see earley.tracked_view) */
@@ -1754,23 +1751,13 @@ tables_horizon(Tables *t, PyObject *args)
             Set *st = get_set(&chart, frontier.a[f]);
             if (!st)
                 goto done;
-            for (int32_t i = 0; i < st->n_items; i++) {
-                int32_t o = st->items[i].origin;
-                if (o >= 0 && o <= j && !inside[o]) {
-                    inside[o] = 1;
-                    if (ivec_push(&next, o) < 0)
-                        goto done;
-                }
-            }
+            for (int32_t i = 0; i < st->n_items; i++)
+                if (reach(&next, inside, j, st->items[i].origin) < 0)
+                    goto done;
             Py_ssize_t n_origins = st->n_scans ? st->scans[st->n_scans - 1].off + st->scans[st->n_scans - 1].n : 0;
-            for (Py_ssize_t i = 0; i < n_origins; i++) {
-                int32_t o = st->origins[i];
-                if (o >= 0 && o <= j && !inside[o]) {
-                    inside[o] = 1;
-                    if (ivec_push(&next, o) < 0)
-                        goto done;
-                }
-            }
+            for (Py_ssize_t i = 0; i < n_origins; i++)
+                if (reach(&next, inside, j, st->origins[i]) < 0)
+                    goto done;
         }
         IVec tmp = frontier;
         frontier = next;
@@ -1895,6 +1882,13 @@ has_byte(const uint64_t *bits, int b)
     return (int)(bits[b >> 6] >> (b & 63) & 1);
 }
 
+/* whether lexeme k in state q may end right before byte c: it accepts, and c may follow it */
+static inline int
+ends_before(const Tables *t, int32_t k, int32_t q, int c)
+{
+    return t->lex[k].accept[q] && has_byte(t->follow + 4 * (size_t)k, c);
+}
+
 /* The lexeme pass at `cur` for the tokens rs[0..*n) (which share their first `depth`
  * bytes, the text up to `cur`): a token whose rest keeps one of cur's lexemes alive to its
  * end is allowed (each byte leaves that scan alive, so every step succeeds), one that kills
@@ -1969,7 +1963,7 @@ lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
             for (Py_ssize_t i = a; i < b; i++) {
                 int32_t k = w->pairs[2 * i], q = w->pairs[2 * i + 1];
                 Lex *L = &t->lex[k];
-                if (top > depth && !ended && L->accept[q] && has_byte(t->follow + 4 * (size_t)k, c))
+                if (top > depth && !ended && ends_before(t, k, q, c))
                     ended = 1;
                 int32_t q2 = L->trans[256 * (size_t)q + c];
                 if (q2 >= 0) {
@@ -2024,41 +2018,45 @@ chart_push(Chart *c, Set *s)
 #define PASS_MIN 64
 #define PASS_INTS (4 << 20)
 
-/* the ranks [*lo, *hi) of the tokens whose first `depth` bytes are those of token r */
-static void
-prefix_range(const Walk *w, int32_t r, int depth, int32_t *lo, int32_t *hi)
+/* token x against the first `depth` bytes p of another: < 0, 0 (x starts with them), > 0 */
+static inline int
+prefix_cmp(const Walk *w, int32_t x, const uint8_t *p, int depth)
+{
+    int64_t len = w->off[x + 1] - w->off[x];
+    int c = memcmp(w->blob + w->off[x], p, (size_t)(len < depth ? len : depth));
+    return c ? c : (len < depth ? -1 : 0);
+}
+
+/* the first rank whose token has the first `depth` bytes of token r */
+static int32_t
+prefix_start(const Walk *w, int32_t r, int depth)
 {
     const uint8_t *p = w->blob + w->off[r];
-    /* token x against the prefix: <0, 0 (it starts with it), >0 */
-    #define PREFIX_CMP(x, out) do { \
-        const uint8_t *q_ = w->blob + w->off[x]; \
-        int64_t len_ = w->off[(x) + 1] - w->off[x]; \
-        int64_t m_ = len_ < depth ? len_ : depth; \
-        int c_ = memcmp(q_, p, (size_t)m_); \
-        out = c_ ? c_ : (len_ < depth ? -1 : 0); \
-    } while (0)
-    int32_t a = 0, b = r;   /* first rank not below the prefix: in [0, r] */
+    int32_t a = 0, b = r;
     while (a < b) {
-        int32_t mid = a + (b - a) / 2, c;
-        PREFIX_CMP(mid, c);
-        if (c < 0)
+        int32_t mid = a + (b - a) / 2;
+        if (prefix_cmp(w, mid, p, depth) < 0)
             a = mid + 1;
         else
             b = mid;
     }
-    *lo = a;
-    a = r + 1;
-    b = (int32_t)w->n_ranks;   /* first rank above the prefix: in (r, n_ranks] */
+    return a;
+}
+
+/* the rank after the last whose token has the first `depth` bytes of token r */
+static int32_t
+prefix_end(const Walk *w, int32_t r, int depth)
+{
+    const uint8_t *p = w->blob + w->off[r];
+    int32_t a = r + 1, b = (int32_t)w->n_ranks;
     while (a < b) {
-        int32_t mid = a + (b - a) / 2, c;
-        PREFIX_CMP(mid, c);
-        if (c <= 0)
+        int32_t mid = a + (b - a) / 2;
+        if (prefix_cmp(w, mid, p, depth) <= 0)
             a = mid + 1;
         else
             b = mid;
     }
-    *hi = a;
-    #undef PREFIX_CMP
+    return a;
 }
 
 /* bits [from, to) of `bits` set */
@@ -2087,7 +2085,6 @@ pair_pass(Walk *w, PassEntry *e)
     Tables *t = w->t;
     int depth = e->depth;
     Lex *L = &t->lex[e->lexeme];
-    const uint64_t *fol = t->follow + 4 * (size_t)e->lexeme;
     /* per level p (depth .. top): the state after the token's bytes depth .. p - 1 (-1:
      * dead) and whether the lexeme accepted before then, the next byte following */
     if (lv_reserve(w, 1, 2) < 0)
@@ -2112,7 +2109,7 @@ pair_pass(Walk *w, PassEntry *e)
             if (lv_reserve(w, top - depth + 2, top - depth + 3) < 0)
                 return -1;
             int c = data[top], ended = w->ended[top - depth];
-            if (top > depth && !ended && L->accept[q] && has_byte(fol, c))
+            if (top > depth && !ended && ends_before(t, e->lexeme, q, c))
                 ended = 1;
             top++;
             w->pairs[top - depth] = L->trans[256 * (size_t)q + c];
@@ -2125,11 +2122,10 @@ pair_pass(Walk *w, PassEntry *e)
         int ended = w->ended[top - depth];
         if (top < len) {
             /* dead after the first `top` bytes: so is every token that has them, alike */
-            int32_t a, b;
-            prefix_range(w, r, top, &a, &b);
+            int32_t end = prefix_end(w, r, top);
             if (ended)
-                set_bit_range(e->ended, i, b - e->lo);
-            r = b - 1;
+                set_bit_range(e->ended, i, end - e->lo);
+            r = end - 1;
         } else if (ended) {
             e->ended[i >> 6] |= (uint64_t)1 << (i & 63);
         }
@@ -2187,8 +2183,7 @@ cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
 {
     if (*n < PASS_MIN || !cur->n_scans)
         return lexeme_pass(w, cur, rs, n, depth);
-    int32_t lo, hi;
-    prefix_range(w, rs[0], depth, &lo, &hi);
+    int32_t lo = prefix_start(w, rs[0], depth), hi = prefix_end(w, rs[0], depth);
     if ((int64_t)(hi - lo) > 4 * (int64_t)*n || rs[0] < lo || rs[*n - 1] >= hi)
         return lexeme_pass(w, cur, rs, n, depth);
     size_t words = ((size_t)(hi - lo) + 63) / 64;
@@ -2311,7 +2306,7 @@ rank_array(PyObject *o, Py_ssize_t *n_out)
     return int_array(o, n_out, "ranks must be ints");
 }
 
-/* walk_exits(chart, far, ranks, blob, offsets, remember=True) -> (found, beyond, steps);
+/* walk_exits(chart, far, ranks, blob, offsets, remember=1) -> (found, beyond, steps);
  * found and beyond as bytes of native int32 (numpy.frombuffer reads them)
  *
  * Which of the tokens `ranks` (ranks of the byte-sorted vocabulary: token r is
@@ -2344,8 +2339,8 @@ tables_walk_exits(Tables *t, PyObject *args)
     uint8_t *far = NULL;
     int32_t *rs = NULL;
     PyObject *out = NULL;
-    Py_ssize_t n_far, n;
-    int32_t *far_idx = NULL;
+    Py_ssize_t n;
+    int error;
     if (PyObject_GetBuffer(blob_o, &bb, PyBUF_C_CONTIGUOUS) < 0)
         goto done;
     if (PyObject_GetBuffer(off_o, &ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
@@ -2357,20 +2352,9 @@ tables_walk_exits(Tables *t, PyObject *args)
     w.blob = bb.buf;
     w.off = ob.buf;
     w.n_ranks = ob.len / 8 - 1;
-    if (!(far_idx = int_array(far_o, &n_far, "far")))
+    far = far_bitmap(&w.chart, far_o, &error);
+    if (error)
         goto done;
-    far = PyMem_Calloc((size_t)w.chart.n_list, 1);
-    if (!far) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n_far; i++) {
-        if (far_idx[i] < 0 || far_idx[i] >= w.chart.n_list) {
-            PyErr_SetString(PyExc_ValueError, "far: a position outside the chart");
-            goto done;
-        }
-        far[far_idx[i]] = 1;
-    }
     w.chart.far = far;
     if (!(rs = rank_array(ranks_o, &n)))
         goto done;
@@ -2415,7 +2399,6 @@ done:
     ivec_free(&w.found);
     ivec_free(&w.beyond);
     PyMem_Free(far);
-    PyMem_Free(far_idx);
     PyMem_Free(rs);
     if (bb.obj)
         PyBuffer_Release(&bb);

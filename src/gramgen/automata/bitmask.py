@@ -66,7 +66,8 @@ def set_bits(words: np.ndarray, ids, rank_to_id: np.ndarray | None = None) -> No
         ids = ids.astype(np.int64, copy=False)
     if not ids.size:
         return
-    if _bits is not None and words.dtype == np.uint32 and words.flags.c_contiguous:
+    if _bits is not None and words.dtype == np.uint32 and words.flags.c_contiguous \
+            and (rank_to_id is None or rank_to_id.flags.c_contiguous):
         if rank_to_id is None:
             _bits.set_bits(words, np.ascontiguousarray(ids))
         else:

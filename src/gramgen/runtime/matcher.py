@@ -71,7 +71,6 @@ def _whole_number(value, what: str) -> int:
         raise ConfigurationError(f"{what} must be an int, not {type(value).__name__} ({value!r:.60})") from None
 
 
-
 def _sorted_ranks(ranks) -> np.ndarray:
     """The distinct ranks, ascending, as a read-only int64 array (cache entries share it);
     a sort and a neighbour comparison, not numpy.unique's hashing (slow for 50k ranks)."""
@@ -80,6 +79,7 @@ def _sorted_ranks(ranks) -> np.ndarray:
         a = a[np.concatenate(([True], a[1:] != a[:-1]))]
     a.flags.writeable = False
     return a
+
 
 class Matcher:
     """Tracks which text has been produced and answers which tokens may come next.
@@ -580,7 +580,10 @@ class Matcher:
                 return out
             if depth >= 3 and len(ranks) <= _FEW:
                 break  # a few tokens that look far up (`"}]}`): walking them once is cheaper
-        found, _ = self._walk_exits(list(chart), ranks, HorizonReads())
+        if self._tables.native is not None:
+            found, _ = self._native_walk(chart, [], ranks)
+        else:
+            found, _ = self._walk_exits(list(chart), ranks, HorizonReads())
         return out | self._pack_ranks(found)
 
     def _pack_ranks(self, ranks) -> np.ndarray:
@@ -589,13 +592,14 @@ class Matcher:
         bitmask.set_bits(out, ranks, cg.token_table.rank_to_id)
         return out
 
-    def _native_walk(self, chart: list, far: list[int], ranks) -> tuple[np.ndarray, list[int]]:
+    def _native_walk(self, chart: list, far: list[int], ranks) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_walk_exits` in C, byte by byte over the trie (no jump plans; it caches
-        the passes of big groups itself), on the real sets, told which chart positions lie
-        beyond the horizon (``far``)."""
+        the passes of big groups itself), on the chart's sets (the walk stacks its own on
+        them), told which chart positions lie beyond the horizon (``far``); found and
+        beyond as int32 arrays."""
         tt = self._cg.token_table
         found, beyond, _ = self._tables.native.walk_exits(chart, far, ranks, tt.blob, tt.offsets)
-        return np.frombuffer(found, dtype=np.int32), np.frombuffer(beyond, dtype=np.int32).tolist()
+        return np.frombuffer(found, dtype=np.int32), np.frombuffer(beyond, dtype=np.int32)
 
     def _walk_exits(self, chart: list, ranks, reads: HorizonReads) -> tuple[list[int], list[int]]:
         """Which of these tokens (byte-sorted ranks) the parser accepts after ``chart`` (a
@@ -605,16 +609,11 @@ class Matcher:
 
         A depth-first walk over the implicit trie of the sorted token bytes: tokens that
         share a prefix share the parser steps over it, and a dead prefix skips all of its
-        tokens with one bisection.
+        tokens with one bisection. (The Python recogniser's walk; native tables walk in C,
+        :meth:`_native_walk`.)
         """
         cg = self._cg
         tt = cg.token_table
-        native = self._tables.native
-        if native is not None:
-            real = list(chart)
-            for idx, _, s in reads.wrapped:
-                real[idx] = s
-            return self._native_walk(real, [idx for idx, _, _ in reads.wrapped], ranks)
         sorted_bytes = tt.sorted_bytes
         tables = self._tables
         found: list[int] = []
