@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 
+import numpy as np
 import pytest
 
 import gramgen
@@ -250,6 +251,11 @@ WALK_GRAMMARS = {
         %ignore /[ \t\n]+/
         %ignore /\/\/[^\n]*/
     '''),
+    # a string longer than one lexeme holds: blocks of characters counted by rules, where
+    # every character leads to the same set and a token may cross a block's end
+    "long-string": lambda: gramgen.Grammar.from_json_schema({
+        "type": "object", "properties": {"s": {"type": "string", "minLength": 3, "maxLength": 400}},
+        "required": ["s"], "additionalProperties": False}),
 }
 
 
@@ -273,6 +279,12 @@ def _substring_vocabulary(texts, longest=10):
     return gramgen.Vocabulary(tokens + [b""], eos_token_ids=[len(tokens)])
 
 
+def _walk_result(native, chart, far, ranks, tt, *options):
+    found, beyond, steps = native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, *options)
+    return (sorted(np.frombuffer(found, np.int32).tolist()), sorted(np.frombuffer(beyond, np.int32).tolist()),
+            steps)
+
+
 @pytest.mark.parametrize("name", sorted(WALK_GRAMMARS))
 def test_walk_with_remembered_closures_equals_walk_without(name, monkeypatch):
     """The exit walk copies a closure it made before at another node (keyed by the lexemes
@@ -280,11 +292,16 @@ def test_walk_with_remembered_closures_equals_walk_without(name, monkeypatch):
     from); without that memory every closure is made afresh. Both decide every token alike,
     the tokens read beyond a horizon included: on gpt2's vocabulary, and for the C-like
     grammar on pieces of programs (tokens of several lexemes and blank runs, at many
-    offsets), along those programs."""
+    offsets), along those programs. Also without folding the walk's children whose sets
+    are equal (their tokens go on from one set): the same tokens, found and beyond, and
+    along a long string (blocks counted by rules) the fold saves steps."""
     from conftest import vocabulary
 
     if name == "code":
         vocab, texts = _substring_vocabulary(CODE_TEXTS), CODE_TEXTS
+    elif name == "long-string":
+        # along a string that crosses its first block's end (64 characters)
+        vocab, texts = vocabulary("gpt2"), ['{"s": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 é 日本 (KHTML'.encode()]
     else:
         vocab, texts = vocabulary("gpt2"), [None]
     monkeypatch.setattr(earley, "NATIVE", True)    # (whatever GRAMGEN_NATIVE says)
@@ -293,7 +310,7 @@ def test_walk_with_remembered_closures_equals_walk_without(name, monkeypatch):
     native = cg.tables.native
     ranks = list(range(len(tt.sorted_bytes)))
     rng = random.Random(name)
-    compared = 0
+    compared = folded = 0
     for text in texts:
         m = cg.matcher()
         steps = list(text) if text else [None] * 12
@@ -302,11 +319,16 @@ def test_walk_with_remembered_closures_equals_walk_without(name, monkeypatch):
             j = len(chart) - 1
             for depth in (0, 1, 2):
                 far = native.horizon(chart, j, depth) if depth and j else []
-                a = native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, 1)
-                b = native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, 0)
+                # (found and beyond in any order: how children fold may differ)
+                a = _walk_result(native, chart, far, ranks, tt, 1)
+                b = _walk_result(native, chart, far, ranks, tt, 0)
                 assert a[:2] == b[:2], (name, m.text_bytes(), depth)
                 # and each closure copied equals the one made afresh (else RuntimeError)
-                assert native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, 2)[:2] == a[:2]
+                assert _walk_result(native, chart, far, ranks, tt, 2)[:2] == a[:2]
+                # without folding children of equal sets
+                c = _walk_result(native, chart, far, ranks, tt, 1, 0)
+                assert a[:2] == c[:2], (name, m.text_bytes(), depth)
+                folded += a[2] < c[2]
                 compared += 1
             if step is None:
                 allowed = [t for t in m.mask().nonzero()[0].tolist() if t not in vocab.eos_token_ids]
@@ -316,3 +338,5 @@ def test_walk_with_remembered_closures_equals_walk_without(name, monkeypatch):
             else:
                 m.advance(tt.rank_to_id[tt.sorted_bytes.index(bytes([step]))])
     assert compared >= 12
+    if name == "long-string":
+        assert folded   # (the fold took fewer steps somewhere)

@@ -1099,6 +1099,7 @@ typedef struct {
     int32_t next_kid;
     IVec enc;
     IVec ends;          /* step_core: the scans that end their lexeme */
+    int step_closed;    /* step_core: its last step ended a lexeme (made a closure) */
     /* closure() leaves: its roots from n_nt on are lexemes (the rest nonterminals), and
      * whether it started the ignored lexemes */
     Py_ssize_t n_nt;
@@ -1487,6 +1488,7 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
     int memo = sc->closed_below > 0;
     Closed *checked = NULL;
     sc->enc.n = sc->ends.n = 0;
+    sc->step_closed = 0;
     for (int32_t i = 0; i < cur->n_scans; i++) {
         const Scan *s = &cur->scans[i];
         Lex *L = &t->lex[s->lexeme];
@@ -1538,6 +1540,7 @@ step_core(Tables *t, Chart *chart, int byte, Set **out, Scratch *sc)
         }
     } else if (b->n) {
         uint64_t h = 0;
+        sc->step_closed = 1;
         if (memo) {
             h = ints_hash(sc->enc.a, (int32_t)sc->enc.n);
             Closed *e = closed_find(sc, h);
@@ -1874,6 +1877,11 @@ typedef struct {
     uint8_t *ended;    /* lexeme_pass: a lexeme could end inside the token before the level */
     Py_ssize_t cap_levels;
     Scratch sc;        /* the buffers of its steps */
+    int fold;          /* fold children with equal sets (see walk) */
+    struct Children **kids;   /* per depth of the walk: the children of its node there */
+    int32_t n_kids;
+    int32_t *tmp;      /* reordering tokens (sort_by_byte, fold) */
+    Py_ssize_t cap_tmp;
 } Walk;
 
 static inline int
@@ -2043,12 +2051,25 @@ prefix_start(const Walk *w, int32_t r, int depth)
     return a;
 }
 
-/* the rank after the last whose token has the first `depth` bytes of token r */
+/* the rank after the last whose token has the first `depth` bytes of token r (galloping
+ * from r: a dead prefix mostly skips a few tokens) */
 static int32_t
 prefix_end(const Walk *w, int32_t r, int depth)
 {
     const uint8_t *p = w->blob + w->off[r];
     int32_t a = r + 1, b = (int32_t)w->n_ranks;
+    for (int32_t step = 1; a < b; step *= 2) {
+        int32_t probe = a + step - 1;
+        if (probe >= b)
+            break;
+        if (prefix_cmp(w, probe, p, depth) > 0) {
+            b = probe;
+            break;
+        }
+        a = probe + 1;
+        if (step > (1 << 28))
+            break;
+    }
     while (a < b) {
         int32_t mid = a + (b - a) / 2;
         if (prefix_cmp(w, mid, p, depth) <= 0)
@@ -2222,20 +2243,179 @@ cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
     return 0;
 }
 
-/* The tokens rs[0..n) share their first `depth` bytes, after which the chart ends; `far`:
- * a step on the way read a set marked far (the tokens are in `beyond` already). Depth
- * first over the implicit trie of the byte-sorted tokens: tokens sharing a byte share the
- * step over it. */
+/* whether two sets say the same: the same kernel items, prediction and scans (with their
+ * origins), and the same walk kernel id; set_hash agrees with it */
 static int
-walk(Walk *w, int32_t *rs, int32_t n, int depth, int far)
+set_same(const Set *a, const Set *b)
+{
+    if (a->n_items != b->n_items || a->n_scans != b->n_scans || a->pred != b->pred ||
+        a->kid != b->kid || a->kabs != b->kabs)
+        return 0;
+    if (memcmp(a->items, b->items, (size_t)a->n_items * sizeof(KItem)))
+        return 0;
+    for (int32_t i = 0; i < a->n_scans; i++) {
+        const Scan *x = &a->scans[i], *y = &b->scans[i];
+        if (x->lexeme != y->lexeme || x->state != y->state || x->n != y->n ||
+            memcmp(a->origins + x->off, b->origins + y->off, (size_t)x->n * sizeof(int32_t)))
+            return 0;
+    }
+    return 1;
+}
+
+static uint64_t
+set_hash(const Set *s)
+{
+    const uint64_t P = 1099511628211ULL;
+    uint64_t h = ((uint64_t)(uintptr_t)s->pred * P ^ (uint32_t)s->n_items) * P ^ (uint32_t)s->kid;
+    for (int32_t i = 0; i < s->n_items; i++)
+        h = ((h ^ (uint32_t)s->items[i].it) * P ^ (uint32_t)s->items[i].origin) * P;
+    for (int32_t i = 0; i < s->n_scans; i++) {
+        const Scan *x = &s->scans[i];
+        h = ((h ^ (uint32_t)x->lexeme) * P ^ (uint32_t)x->state) * P;
+        for (int32_t o = 0; o < x->n; o++)
+            h = (h ^ (uint32_t)s->origins[x->off + o]) * P;
+    }
+    return h;
+}
+
+/* The children of one node of a walk: per byte that some of its tokens go on with, the
+ * set after it and the tokens still undecided there (rs[start .. start + count)). */
+typedef struct Children {
+    int32_t n;
+    int32_t start[256], count[256], rep[256];
+    Set *set[256];
+    uint8_t far[256], merged[256];
+    uint64_t hash[256];
+} Children;
+
+static Children *
+walk_children(Walk *w, int depth)
+{
+    if (depth >= w->n_kids) {
+        int32_t n = depth + 16;
+        Children **k = PyMem_Realloc(w->kids, (size_t)n * sizeof(Children *));
+        if (!k) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        for (int32_t i = w->n_kids; i < n; i++)
+            k[i] = NULL;
+        w->kids = k;
+        w->n_kids = n;
+    }
+    if (!w->kids[depth] && !(w->kids[depth] = PyMem_Malloc(sizeof(Children))))
+        PyErr_NoMemory();
+    return w->kids[depth];
+}
+
+/* the tokens rs[0..n) in the stable order of their byte at `depth` */
+static int
+sort_by_byte(Walk *w, int32_t *rs, int32_t n, int depth)
+{
+    if (grow((void **)&w->tmp, &w->cap_tmp, n, sizeof(int32_t), 256) < 0)
+        return -1;
+    int32_t at[257] = {0};
+    for (int32_t x = 0; x < n; x++)
+        at[w->blob[w->off[rs[x]] + depth] + 1]++;
+    for (int b = 0; b < 256; b++)
+        at[b + 1] += at[b];
+    for (int32_t x = 0; x < n; x++)
+        w->tmp[at[w->blob[w->off[rs[x]] + depth]]++] = rs[x];
+    memcpy(rs, w->tmp, (size_t)n * sizeof(int32_t));
+    return 0;
+}
+
+/* the tokens of rs[0..*n) that end within `depth` bytes are found (the parser took all
+ * their bytes); the rest stay, in order */
+static int
+take_whole(Walk *w, int32_t *rs, int32_t *n, int depth)
+{
+    int32_t kept = 0;
+    for (int32_t x = 0; x < *n; x++) {
+        if (w->off[rs[x] + 1] - w->off[rs[x]] <= depth) {
+            if (ivec_push(&w->found, rs[x]) < 0)
+                return -1;
+        } else {
+            rs[kept++] = rs[x];
+        }
+    }
+    *n = kept;
+    return 0;
+}
+
+/* Children with equal sets (and the same `far`) are folded into one: the tokens of each
+ * fold are moved together (in child order) to the front of rs, c->start / c->count of its
+ * first child say where, and the other children's sets are let go. */
+static int
+fold_children(Walk *w, Children *c, int32_t *rs)
+{
+    for (int32_t k = 0; k < c->n; k++) {
+        c->hash[k] = set_hash(c->set[k]) ^ c->far[k];
+        c->rep[k] = k;
+        for (int32_t r = 0; r < k; r++)
+            if (c->rep[r] == r && c->hash[r] == c->hash[k] && c->far[r] == c->far[k] &&
+                set_same(c->set[r], c->set[k])) {
+                c->rep[k] = r;
+                break;
+            }
+    }
+    int32_t total = 0;
+    for (int32_t k = 0; k < c->n; k++)
+        total += c->count[k];
+    if (grow((void **)&w->tmp, &w->cap_tmp, total, sizeof(int32_t), 256) < 0)
+        return -1;
+    int32_t at = 0;
+    for (int32_t k = 0; k < c->n; k++) {
+        if (c->rep[k] != k)
+            continue;
+        int32_t start = at, members = 0;
+        for (int32_t m = k; m < c->n; m++)
+            if (c->rep[m] == k) {
+                memcpy(w->tmp + at, rs + c->start[m], (size_t)c->count[m] * sizeof(int32_t));
+                at += c->count[m];
+                members++;
+            }
+        c->start[k] = start;
+        c->count[k] = at - start;
+        c->merged[k] |= members > 1;
+    }
+    memcpy(rs, w->tmp, (size_t)total * sizeof(int32_t));
+    for (int32_t k = 0; k < c->n; k++)
+        if (c->rep[k] != k)
+            Py_CLEAR(c->set[k]);
+    return 0;
+}
+
+/* The tokens rs[0..n), longer than `depth` bytes, share their first `depth` bytes, after
+ * which the chart ends (`merged`: they share the set the chart ends with, not the bytes:
+ * see below); `far`: a step on the way read a set marked far (the tokens are in `beyond`
+ * already). Depth first over the implicit trie of the byte-sorted tokens: tokens sharing
+ * a byte share the step over it.
+ *
+ * A child is passed (cached_pass) when its step ended a lexeme, and at the root's
+ * children. After a step that only moved the scans along, a pass would keep every token
+ * that the one before kept (the same scans, none accepting before the next byte), so
+ * only the tokens that end there are taken.
+ *
+ * Children whose sets are equal are folded: their tokens go on together from one set,
+ * since what the parser does next depends on the set (and the sets under it, the same
+ * for siblings) and on the bytes after it alone. In a long string split into blocks the
+ * set after every character is the same, so the tokens that cross a block's end are
+ * stepped as one group per byte, not one per prefix. */
+static int
+walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
 {
     Set *cur = get_set(&w->chart, chart_len(&w->chart) - 1);
     if (!cur)
         return -1;
-    /* (at the root the tokens are exit candidates: none stays inside a lexeme there) */
-    if (depth && cached_pass(w, cur, rs, &n, depth) < 0)
-        return -1;
     allowed(cur);
+    if (merged && sort_by_byte(w, rs, n, depth) < 0)
+        return -1;
+    Children *c = walk_children(w, depth);
+    if (!c)
+        return -1;
+    c->n = 0;
+    int rc = -1;
     int32_t i = 0;
     while (i < n) {
         int b = w->blob[w->off[rs[i]] + depth];
@@ -2247,28 +2427,55 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far)
             Set *next;
             w->steps++;
             if (step_core(w->t, &w->chart, b, &next, &w->sc) < 0)
-                return -1;
+                goto done;
             int newly = !far && w->chart.read;
             for (int32_t x = i; newly && x < j; x++)
                 if (ivec_push(&w->beyond, rs[x]) < 0) {
                     Py_XDECREF(next);
-                    return -1;
+                    goto done;
                 }
             if (next) {
-                if (chart_push(&w->chart, next) < 0) {
+                int32_t m = j - i, r;
+                if (!depth || w->sc.step_closed)
+                    r = merged ? lexeme_pass(w, next, rs + i, &m, depth + 1)
+                               : cached_pass(w, next, rs + i, &m, depth + 1);
+                else
+                    r = take_whole(w, rs + i, &m, depth + 1);
+                if (r < 0 || !m) {
                     Py_DECREF(next);
-                    return -1;
+                    if (r < 0)
+                        goto done;
+                } else {
+                    c->start[c->n] = i;
+                    c->count[c->n] = m;
+                    c->set[c->n] = next;
+                    c->far[c->n] = (uint8_t)(far || newly);
+                    c->merged[c->n] = (uint8_t)merged;
+                    c->n++;
                 }
-                int rc = walk(w, rs + i, j - i, depth + 1, far || newly);
-                w->chart.n_stack--;
-                Py_DECREF(next);
-                if (rc < 0)
-                    return -1;
             }
         }
         i = j;
     }
-    return 0;
+    if (w->fold && c->n > 1 && fold_children(w, c, rs) < 0)
+        goto done;
+    for (int32_t k = 0; k < c->n; k++) {
+        if (!c->set[k])
+            continue;
+        if (chart_push(&w->chart, c->set[k]) < 0)
+            goto done;
+        int r = walk(w, rs + c->start[k], c->count[k], depth + 1, c->far[k], c->merged[k]);
+        w->chart.n_stack--;
+        Py_CLEAR(c->set[k]);
+        if (r < 0)
+            goto done;
+    }
+    rc = 0;
+done:
+    for (int32_t k = 0; k < c->n; k++)
+        Py_CLEAR(c->set[k]);
+    c->n = 0;
+    return rc;
 }
 
 /* ranks from an int32 / int64 buffer (a numpy array) or a sequence of ints */
@@ -2319,12 +2526,13 @@ static PyObject *
 tables_walk_exits(Tables *t, PyObject *args)
 {
     PyObject *list, *far_o, *ranks_o, *blob_o, *off_o;
-    int remember = 1;
-    if (!PyArg_ParseTuple(args, "O!OOOO|i", &PyList_Type, &list, &far_o, &ranks_o, &blob_o, &off_o, &remember))
+    int remember = 1, fold = 1;
+    if (!PyArg_ParseTuple(args, "O!OOOO|ii", &PyList_Type, &list, &far_o, &ranks_o, &blob_o, &off_o, &remember, &fold))
         return NULL;
     Walk w;
     memset(&w, 0, sizeof(w));
     w.t = t;
+    w.fold = fold;
     chart_of_list(&w.chart, t, list);
     if (!w.chart.n_list) {
         PyErr_SetString(PyExc_ValueError, "walk_exits() on an empty chart");
@@ -2378,7 +2586,7 @@ tables_walk_exits(Tables *t, PyObject *args)
                 rs[m++] = rs[i];
         n = m;
     }
-    if (walk(&w, rs, (int32_t)n, 0, 0) < 0)
+    if (walk(&w, rs, (int32_t)n, 0, 0, 0) < 0)
         goto done;
     {
         PyObject *found = PyBytes_FromStringAndSize((const char *)w.found.a, w.found.n * (Py_ssize_t)sizeof(int32_t));
@@ -2395,6 +2603,10 @@ done:
     PyMem_Free(w.pairs);
     PyMem_Free(w.level_at);
     PyMem_Free(w.ended);
+    for (int32_t i = 0; i < w.n_kids; i++)
+        PyMem_Free(w.kids[i]);
+    PyMem_Free(w.kids);
+    PyMem_Free(w.tmp);
     scratch_free(&w.sc);
     ivec_free(&w.found);
     ivec_free(&w.beyond);
