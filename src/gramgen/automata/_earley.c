@@ -2392,10 +2392,11 @@ fold_children(Walk *w, Children *c, int32_t *rs)
  * already). Depth first over the implicit trie of the byte-sorted tokens: tokens sharing
  * a byte share the step over it.
  *
- * A child is passed (cached_pass) when its step ended a lexeme, and at the root's
- * children. After a step that only moved the scans along, a pass would keep every token
- * that the one before kept (the same scans, none accepting before the next byte), so
- * only the tokens that end there are taken.
+ * A child is passed (cached_pass) only when its step ended a lexeme. After a step that
+ * only moved the scans along, a pass would keep every token that the one before kept (the
+ * same scans, none accepting before the next byte), so only the tokens that end there are
+ * taken; at the root the tokens are exit candidates, which a pass keeps too. (A pass only
+ * decides early what the steps would: leaving one out changes no token's fate.)
  *
  * Children whose sets are equal are folded: their tokens go on together from one set,
  * since what the parser does next depends on the set (and the sets under it, the same
@@ -2436,7 +2437,7 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
                 }
             if (next) {
                 int32_t m = j - i, r;
-                if (!depth || w->sc.step_closed)
+                if (w->sc.step_closed)
                     r = merged ? lexeme_pass(w, next, rs + i, &m, depth + 1)
                                : cached_pass(w, next, rs + i, &m, depth + 1);
                 else
