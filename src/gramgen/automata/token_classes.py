@@ -42,6 +42,9 @@ class TokenClasses:
     #: depth to which the two agree; only those are walked
     NEIGHBOR_SHARE = 0.1
     NEIGHBORS = 4
+    #: see ``_agreement_cap``: the share (1 / AGREEMENT_TAIL) of the tokens longer than the
+    #: deepest agreement looked for
+    AGREEMENT_TAIL = 256
     #: a state whose first bytes start fewer than 1 / SPARSE_SHARE of the tokens is
     #: classified by the full walk (it visits only those) without looking for a neighbour
     SPARSE_SHARE = 16
@@ -71,6 +74,12 @@ class TokenClasses:
         #: for reuse across lexemes beyond the last classified (see :meth:`_classify`)
         self._by_ahead: dict[bytes, deque] = {}
         self._agreement: dict = {}  # (lexeme, state, lexeme, state) -> agreement depth
+        #: how deep :meth:`agreement` looks: past the length that all but AGREEMENT_TAIL of
+        #: the tokens keep within, a deeper agreement spares walking few tokens and costs a
+        #: search as long as the longest token (most of a neighbour search's time)
+        longer = token_table.n_longer
+        self._agreement_cap = next((d for d in range(len(longer)) if longer[d] * self.AGREEMENT_TAIL
+                                    <= len(token_table.sorted_bytes)), token_table.max_len)
         self._probes: dict = {}  # (lexeme, lexeme) -> the bytes their agreement tries
         self._lock = threading.Lock()
 
@@ -193,7 +202,7 @@ class TokenClasses:
 
     def agreement(self, k1: int, q1: int, k2: int, q2: int) -> int:
         """How deep state ``q1`` of lexeme ``k1`` and ``q2`` of ``k2`` agree (every string of
-        at most that many bytes, up to the longest token, is alive / accepted from both
+        at most that many bytes, up to ``_agreement_cap``, is alive / accepted from both
         or from neither; ``ByteDFA.agreement_depth``), memoized."""
         if (k1, q1) > (k2, q2):  # symmetric: one entry per pair
             k1, q1, k2, q2 = k2, q2, k1, q1
@@ -204,7 +213,7 @@ class TokenClasses:
             probe = self._probes.get((k1, k2))
             if probe is None:
                 probe = self._probes[(k1, k2)] = probe_bytes(dfas[k1], dfas[k2])
-            d = dfas[k1].agreement_depth(q1, q2, self.token_table.max_len, other=dfas[k2], probe=probe)
+            d = dfas[k1].agreement_depth(q1, q2, self._agreement_cap, other=dfas[k2], probe=probe)
             if len(self._agreement) >= 100_000:
                 self._agreement = {}  # a reader holding the old dict still reads correct values
             self._agreement[key] = d
