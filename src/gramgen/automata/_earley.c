@@ -1882,6 +1882,8 @@ typedef struct {
     int32_t n_kids;
     int32_t *tmp;      /* reordering tokens (sort_by_byte, fold) */
     Py_ssize_t cap_tmp;
+    uint8_t *tmp_bytes;   /* sort_by_byte: each token's byte */
+    Py_ssize_t cap_tmp_bytes;
 } Walk;
 
 static inline int
@@ -1960,12 +1962,14 @@ lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
         }
         top = resume_level(data, len, prev, depth, top);
         prev = data;
+        /* (a level holds at most the pairs of the one before it) */
+        Py_ssize_t at = w->level_at[top - depth + 1], width = at - w->level_at[top - depth];
+        if (top < len && lv_reserve(w, at + (len - top) * width, len - depth + 2) < 0)
+            return -1;
         while (top < len) {
             Py_ssize_t a = w->level_at[top - depth], b = w->level_at[top - depth + 1];
             if (a == b)
                 break;   /* every lexeme died */
-            if (lv_reserve(w, b + (b - a), top - depth + 3) < 0)
-                return -1;
             int c = data[top], ended = w->ended[top - depth];
             Py_ssize_t m = b;
             for (Py_ssize_t i = a; i < b; i++) {
@@ -2312,15 +2316,19 @@ walk_children(Walk *w, int depth)
 static int
 sort_by_byte(Walk *w, int32_t *rs, int32_t n, int depth)
 {
-    if (grow((void **)&w->tmp, &w->cap_tmp, n, sizeof(int32_t), 256) < 0)
+    if (grow((void **)&w->tmp, &w->cap_tmp, n, sizeof(int32_t), 256) < 0 ||
+        grow((void **)&w->tmp_bytes, &w->cap_tmp_bytes, n, 1, 256) < 0)
         return -1;
     int32_t at[257] = {0};
-    for (int32_t x = 0; x < n; x++)
-        at[w->blob[w->off[rs[x]] + depth] + 1]++;
+    uint8_t *by = w->tmp_bytes;
+    for (int32_t x = 0; x < n; x++) {
+        by[x] = w->blob[w->off[rs[x]] + depth];
+        at[by[x] + 1]++;
+    }
     for (int b = 0; b < 256; b++)
         at[b + 1] += at[b];
     for (int32_t x = 0; x < n; x++)
-        w->tmp[at[w->blob[w->off[rs[x]] + depth]]++] = rs[x];
+        w->tmp[at[by[x]]++] = rs[x];
     memcpy(rs, w->tmp, (size_t)n * sizeof(int32_t));
     return 0;
 }
@@ -2608,6 +2616,7 @@ done:
         PyMem_Free(w.kids[i]);
     PyMem_Free(w.kids);
     PyMem_Free(w.tmp);
+    PyMem_Free(w.tmp_bytes);
     scratch_free(&w.sc);
     ivec_free(&w.found);
     ivec_free(&w.beyond);
