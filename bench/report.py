@@ -40,6 +40,14 @@ def mask_latencies(run: dict) -> list[int]:
     return [x for t in texts(run) for x in t.get("mask_ns", [])]
 
 
+def slowest_masks(run: dict, n: int = 5) -> list[tuple[float, str, str, int]]:
+    """The run's ``n`` slowest masks as (µs, case, text, step), slowest first."""
+    found = [(ns / 1e3, c.get("id") or "", t.get("id") or "", step)
+             for c in cases(run) for t in c.get("texts", [])
+             for step, ns in enumerate(t.get("mask_ns") or [])]
+    return sorted(found, key=lambda x: -x[0])[:n]
+
+
 def _mb(b):
     return None if b is None else b / 2**20
 
@@ -288,6 +296,27 @@ def disagreements(results: dict, w: str, tk: str, runs: dict) -> list[dict]:
 # --------------------------------------------------------------------------------------
 # markdown
 # --------------------------------------------------------------------------------------
+def slowest_section(results: dict) -> list[str]:
+    """The report's lines listing each library's five slowest masks per workload and tokenizer."""
+    L = ["## Slowest masks\n",
+         "Per workload and tokenizer, each library's five slowest masks: where they fell "
+         "(case, text, step = the index of the token the mask was computed before). "
+         "Why gramgen's are slow is discussed in `docs/benchmarks.md` (Known costs).\n"]
+    for (w, tk), runs in _groups(results).items():
+        rows = [(lib, slowest_masks(r)) for lib, r in runs.items() if r["status"] in RAN]
+        rows = [(lib, worst) for lib, worst in rows if worst]
+        if not rows:
+            continue
+        L.append(f"### {w} × {tk}\n")
+        L.append("| library | mask µs | case | text | step |")
+        L.append("|---|---|---|---|---|")
+        for lib, worst in rows:
+            for us, case, text, step in worst:
+                L.append(f"| {lib} | {us:,.0f} | {_clean(case)} | {_clean(text)} | {step} |")
+        L.append("")
+    return L
+
+
 def markdown(results: dict) -> str:
     meta = results["meta"]
     mach = meta["machine"]
@@ -456,6 +485,8 @@ def markdown(results: dict) -> str:
                      + "; ".join(f"{lib} {f['p50'] * 1e3:.1f} / {f['p99'] * 1e3:.1f}" for lib, f in firsts) + "\n")
         if w == "jsonschema":
             L.append(f"![compile time vs schema size](compile_vs_size_{w}_{tk}.png)\n")
+
+    L += slowest_section(results)
 
     # ---- disagreements -------------------------------------------------------------
     L.append("## Disagreements on acceptance\n")

@@ -87,6 +87,17 @@ def test_best_peer_and_summary_ratio():
     assert report.best_peer(sums, lambda s: s["compile_success_pct"], higher_is_better=True)[1] == 100.0
 
 
+def test_slowest_masks_name_case_text_and_step():
+    run = _run("gramgen", [
+        _case("a", texts=[_text("a#0", mask_ns=(1000, 9000, 2000)), _text("a#1", mask_ns=(4000,))]),
+        _case("b", texts=[_text("b#0", mask_ns=(7000, 500))]),
+        _case("c", status="compile_error"),
+    ])
+    assert report.slowest_masks(run, 3) == [(9.0, "a", "a#0", 1), (7.0, "b", "b#0", 0), (4.0, "a", "a#1", 0)]
+    md = "\n".join(report.slowest_section({"runs": [run]}))
+    assert "## Slowest masks" in md and "| gramgen | 9 | a | a#0 | 1 |" in md
+
+
 def test_disagreements_list_which_library_agrees_with_jsonschema():
     results = {"workloads": {"jsonschema": {"cases": [
         {"id": "a", "texts": [{"id": "a#0", "expect": True, "jsonschema_valid": True},
