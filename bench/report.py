@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
 
 import numpy as np
@@ -42,10 +43,10 @@ def mask_latencies(run: dict) -> list[int]:
 
 def slowest_masks(run: dict, n: int = 5) -> list[tuple[float, str, str, int]]:
     """The run's ``n`` slowest masks as (µs, case, text, step), slowest first."""
-    found = [(ns / 1e3, c.get("id") or "", t.get("id") or "", step)
+    found = ((ns / 1e3, c.get("id") or "", t.get("id") or "", step)
              for c in cases(run) for t in c.get("texts", [])
-             for step, ns in enumerate(t.get("mask_ns") or [])]
-    return sorted(found, key=lambda x: -x[0])[:n]
+             for step, ns in enumerate(t.get("mask_ns") or []))
+    return heapq.nlargest(n, found, key=lambda x: x[0])
 
 
 def _mb(b):

@@ -2062,17 +2062,13 @@ prefix_end(const Walk *w, int32_t r, int depth)
 {
     const uint8_t *p = w->blob + w->off[r];
     int32_t a = r + 1, b = (int32_t)w->n_ranks;
-    for (int32_t step = 1; a < b; step *= 2) {
-        int32_t probe = a + step - 1;
-        if (probe >= b)
-            break;
+    for (int64_t step = 1; (int64_t)a + step - 1 < b; step *= 2) {
+        int32_t probe = (int32_t)(a + step - 1);
         if (prefix_cmp(w, probe, p, depth) > 0) {
             b = probe;
             break;
         }
         a = probe + 1;
-        if (step > (1 << 28))
-            break;
     }
     while (a < b) {
         int32_t mid = a + (b - a) / 2;
