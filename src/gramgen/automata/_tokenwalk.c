@@ -293,6 +293,56 @@ fast_run(const Rests *x, int64_t r, int64_t hi, int32_t s1, int32_t chain1, cons
     return r;
 }
 
+/* The rank after the run of tokens from r on (r < hi, token r at least d bytes long) that
+ * share token r's first d bytes: byte-sorted, they follow r, each with lcp >= d. A few lcp
+ * reads settle a short run; a long one (a dead first byte or two, say a blank, ahead of
+ * half the vocabulary) is found by galloping and bisecting on those d bytes, not token by
+ * token. -1: an offset out of range. */
+static int64_t
+run_end(const uint8_t *blob, int64_t blob_len, const int64_t *offsets, const int32_t *lcp,
+        int64_t r, int64_t hi, int64_t d)
+{
+    int64_t a = r + 1;
+    for (int i = 0; i < 8; i++, a++)
+        if (a >= hi || lcp[a] < d)
+            return a;
+    if (offsets[r] < 0 || offsets[r] + d > blob_len)
+        return -1;
+    const uint8_t *p = blob + offsets[r];
+    int64_t b = hi;
+#define SHARES_PREFIX(x) (offsets[(x)] >= 0 && offsets[(x) + 1] <= blob_len \
+                          && offsets[(x) + 1] - offsets[(x)] >= d && memcmp(blob + offsets[(x)], p, (size_t)d) == 0)
+    for (int64_t step = 1; a + step - 1 < b; step *= 2) {
+        const int64_t probe = a + step - 1;
+        if (!SHARES_PREFIX(probe)) {
+            b = probe;
+            break;
+        }
+        a = probe + 1;
+    }
+    while (a < b) {
+        const int64_t mid = a + (b - a) / 2;
+        if (SHARES_PREFIX(mid))
+            a = mid + 1;
+        else
+            b = mid;
+    }
+#undef SHARES_PREFIX
+    return a;
+}
+
+/* bits [lo, hi) of a uint32 bit array set */
+static void
+set_bits32(uint32_t *bits, int64_t lo, int64_t hi)
+{
+    for (; lo < hi && (lo & 31); lo++)
+        bits[lo >> 5] |= (uint32_t)1 << (lo & 31);
+    for (; lo + 32 <= hi; lo += 32)
+        bits[lo >> 5] = ~(uint32_t)0;
+    for (; lo < hi; lo++)
+        bits[lo >> 5] |= (uint32_t)1 << (lo & 31);
+}
+
 /* Exception path (classify): when most first characters lead from the start state to one
  * state m (its step), whose chain takes all but a few tokens whole (a string body: every
  * token without a quote, a backslash, a control byte or broken UTF-8, and not longer than
@@ -634,13 +684,16 @@ classify(PyObject *self, PyObject *args)
                 continue;
             }
             /* dead after d bytes: so is every following token sharing those d bytes */
-            do {
-                if (e) {
-                    exits[r >> 5] |= (uint32_t)1 << (r & 31);
-                    n_exits++;
-                }
-                r++;
-            } while (r < hi && lcp[r] >= d);
+            const int64_t end = run_end(blob, blob_len, offsets, lcp, r, hi, d);
+            if (end < 0) {
+                bad = 1;
+                goto walked;
+            }
+            if (e) {
+                set_bits32(exits, r, end);
+                n_exits += (long)(end - r);
+            }
+            r = end;
             d0 = r < hi ? lcp[r] : 0;
         }
     }
@@ -783,9 +836,11 @@ classify_pair(PyObject *self, PyObject *args)
             if (bad)
                 break;
             if (agreed) {  /* this token and the next ones sharing its first d bytes keep their bits */
-                do {
-                    r++;
-                } while (r < hi && lcp[r] >= d);
+                r = run_end(blob, blob_len, offsets, lcp, r, hi, d);
+                if (r < 0) {
+                    bad = 1;
+                    break;
+                }
                 d0 = r < hi ? lcp[r] : 0;
                 continue;
             }
