@@ -371,6 +371,66 @@ def test_exception_path_against_numpy(tokenizer):
     assert sum(taken.values()) >= 40, taken
 
 
+@pytest.mark.parametrize("tokenizer", ["llama3", "gpt2", "odd"])
+def test_exception_path_settles_tokens_longer_than_the_room(tokenizer):
+    """A few characters before the end of a counted string most tokens are longer than
+    the room left. The exception path settles those at once where they all end alike: at
+    the end of a long string's block the lexeme ends and the next character may follow
+    (exits), before a bounded string's closing quote they die; elsewhere (a chain that
+    goes on differently, a lexeme that may end on the way) they are walked. Every state of
+    these lexemes is compared with the numpy reference, and near the ends (where the
+    tokens to walk one by one would be too many without it) the path must be taken."""
+    from gramgen.automata import lexeme_tokens
+
+    if lexeme_tokens._tokenwalk is None:
+        assert not os.environ.get("GRAMGEN_REQUIRE_NATIVE"), "the native kernel was not built"
+        pytest.skip("gramgen.automata._tokenwalk was not built (no C compiler at install)")
+    vocab = _odd_vocabulary() if tokenizer == "odd" else vocabulary(tokenizer)
+    cases = [  # grammar, lexeme name prefix, characters to its end: the ends checked
+        (gramgen.Grammar.from_json_schema({"type": "string", "maxLength": 700}), "BLOCK", 64),
+        (gramgen.Grammar.from_json_schema({"type": "object", "properties": {
+            "a": {"type": "string", "maxLength": 30}}, "required": ["a"]}, whitespace="flexible"), "", 30),
+        (gramgen.Grammar.from_regex(r"[^\x00-\x1f\"]{0,20}"), "", 20),   # nothing follows: they die
+        (gramgen.Grammar.from_regex(r"[^\x00-\x1f\"]{0,12}x*\""), "", 12),   # the chain goes on with x
+        (gramgen.Grammar.from_regex(r"[^\x00-\x1f\"]{3,12}(?:,[0-9])?"), "", 12),
+        # A may end after 1 to 5 characters, before a character B starts with: walked
+        (gramgen.Grammar.from_lark('start: A B\nA: /[^\\x00-\\x1f"]{1,5}|[^\\x00-\\x1f"]{6,12}"/\n'
+                                   'B: /[^\\x00-\\x1f"]*!/\n%ignore " "'), "A", 12),
+    ]
+    near_taken = 0
+    for g, prefix, length in cases:
+        cg = gramgen.compile(g, vocab, precompute=False)
+        tt = cg.token_table
+        for k, dfa in enumerate(cg.tables.lex_dfas):
+            if not cg.tables.lexeme_names[k].startswith(prefix):
+                continue
+            table, acc = cg.sink_tables[k]
+            follow = cg.follow_masks[k]
+            for q in range(dfa.n_states):
+                got = lexeme_tokens.classify_tokens_excepted(tt, table, acc, q, follow)
+                if got is None:
+                    continue
+                ref = lexeme_tokens.classify_tokens_numpy(tt, table, acc, q, follow)
+                assert (got.inside == ref.inside).all(), (g, k, q)
+                assert (got.exits == ref.exits).all() and got.n_exits == ref.n_exits, (g, k, q)
+            if tokenizer == "odd" or not prefix and k:
+                continue
+            # the states 2 to 4 characters before the end, reached over "a"s (the JSON
+            # string's opening quote first)
+            q = 0
+            if table[0, ord('"')] != table.shape[0] - 1 and table[0, ord("a")] == table.shape[0] - 1:
+                q = table[q, ord('"')]
+            for room in (2, 3, 4):
+                s = q
+                for _ in range(length - room):
+                    s = table[s, ord("a")]
+                assert s != table.shape[0] - 1
+                if tt.more_chars[room] * 8 > len(tt.sorted_bytes) and cases.index((g, prefix, length)) < 3:
+                    assert lexeme_tokens.classify_tokens_excepted(tt, table, acc, s, follow) is not None, (g, room)
+                    near_taken += 1
+    assert tokenizer == "odd" or near_taken >= 6
+
+
 @pytest.mark.parametrize("tokenizer", ["llama3", "odd"])
 def test_chain_memo_keeps_classes(tokenizer):
     """A chain memo kept per DFA across calls (filled in any order, by two threads at
@@ -598,7 +658,7 @@ def test_native_kernel_rejects_inconsistent_arrays():
     q = next(q for q in range(table.shape[0] - 1)
              if lexeme_tokens.classify_tokens_excepted(tt, table, acc, q) is not None)
     fields = list(lexeme_tokens._chain_fields(tt))
-    assert len(fields) == 9
+    assert len(fields) == 11
 
     def run_excepted(i=None, value=None, only=True):
         f = list(fields)
@@ -612,7 +672,9 @@ def test_native_kernel_rejects_inconsistent_arrays():
     assert run_excepted() >= 0
     for i, value in ((4, tt.rare_start[::-1].copy()), (5, tt.rare_ranks + len(tt.sorted_bytes)),
                      (5, tt.rare_ranks - 10**6), (6, tt.by_chars[:10].copy()), (7, tt.more_chars - 10**6),
-                     (8, tt.real_ids[:-1].copy()), (4, tt.rare_start.astype(np.int32))):
+                     (8, tt.real_ids[:-1].copy()), (4, tt.rare_start.astype(np.int32)),
+                     (9, tt.long_ids[:, :-1].copy()), (10, tt.long_ranks[:-1].copy()),
+                     (9, tt.long_ids.astype(np.int64))):
         with pytest.raises(ValueError):
             run_excepted(i, value)
     with pytest.raises(ValueError):  # the exception path's fields without the chain shortcut's

@@ -362,7 +362,63 @@ typedef struct {
     const int32_t *by_chars;
     const int64_t *more_chars;
     const uint32_t *real_ids;
+    /* row L (0 <= L < long_rows) of each: the tokens with more than L characters, packed
+     * by id (n_inside_words per row) and by rank ((n_ranks + 31) / 32 words per row) */
+    const uint32_t *long_ids;
+    const uint32_t *long_ranks;
+    int64_t long_rows;
 } Rare;
+
+/* How the tokens with more characters than the room of m's chain end, when the walk need
+ * not be asked one by one (see classify_excepted): 1, every such token made only of
+ * characters the chain takes ends the lexeme (an exit); 2, every such token dies without
+ * the lexeme ending in it; 0, neither holds for sure (they are walked). `steps`: the
+ * chain's length from m (its room less the first character); `utf8`: every well-formed
+ * UTF-8 character steps along the chain too. Such a token follows the chain to its end E
+ * after room characters, and the next character starts with one of the chain's bytes
+ * (or a UTF-8 lead byte). */
+static int
+long_fate(Rests *x, const int32_t *table, int32_t sink, const uint8_t *acc, const uint8_t *follow,
+          int32_t m, int32_t steps, int utf8)
+{
+    const uint64_t *w = x->states[m].bytes;
+    int any_acc = acc[m] != 0;
+    int32_t e = m;
+    for (int32_t i = 0; i < steps; i++) {
+        state_step(x, table, sink, e);
+        e = x->states[e].step;
+        if (e < 0 || e >= sink)
+            return 0;
+        any_acc |= acc[e] != 0;
+    }
+    const int32_t *row = table + (int64_t)e * 256;
+    int all_follow = 1, plain_follow = 0, high_follow = 0;
+    for (int b = 1; b < 128; b++) {
+        if (!((w[b >> 6] >> (b & 63)) & 1))
+            continue;
+        if (row[b] != sink)
+            return 0;  /* the chain goes on (longer than counted), or E takes it elsewhere */
+        all_follow &= follow[b] != 0;
+        plain_follow |= follow[b] != 0;
+    }
+    for (int b = 0x80; b < 256; b++)
+        high_follow |= follow[b] != 0;
+    if (utf8)
+        for (int b = 0xC2; b <= 0xF4; b++) {
+            if (row[b] != sink)
+                return 0;
+            all_follow &= follow[b] != 0;
+        }
+    /* exits: E accepts and the byte that kills the token may follow the lexeme there */
+    if (acc[e] && all_follow)
+        return 1;
+    /* dead: no state on the way may end the lexeme before a byte such a token holds (its
+     * bytes after the first are the chain's, and UTF-8 bytes when utf8: those may stand
+     * mid-character, in states not on the chain, so none of them may follow at all) */
+    if ((utf8 && high_follow) || (any_acc && plain_follow))
+        return 0;
+    return 2;
+}
 
 /* The exception path is taken when the tokens to walk are at most 1 / EXCEPTED_SHARE of
  * all (more: the trie walk, with its own chain shortcut, costs less) */
@@ -412,7 +468,11 @@ classify_excepted(Rests *x, const Rare *rare, const int32_t *table, int32_t sink
     if (room > max_len)
         room = (int32_t)max_len;  /* (a chain longer than any token) */
     const int other = info_of(x->states + m) == 2 ? 129 : 128;
-    int64_t total = rare->start[other + 1] - rare->start[other] + rare->more_chars[room];
+    /* the tokens longer than the room: settled at once when they all end alike (and the
+     * bitmaps cover the room), else walked */
+    const int bulk = room < rare->long_rows && rare->more_chars[room] > 0
+                     ? long_fate(x, table, sink, acc, follow, m, room - 1, other == 129) : 0;
+    int64_t total = rare->start[other + 1] - rare->start[other] + (bulk ? 0 : rare->more_chars[room]);
     if (info_of(x->states + state) != 2)
         total += fs[256] - fs[128];
     for (int c = 0; c < 128; c++) {
@@ -427,7 +487,7 @@ classify_excepted(Rests *x, const Rare *rare, const int32_t *table, int32_t sink
     if (!mark)
         return -2;
     int bad = mark_ranks(mark, rare->ranks, rare->start[other], rare->start[other + 1], n_ranks)
-              || mark_ranks(mark, rare->by_chars, 0, rare->more_chars[room], n_ranks);
+              || (!bulk && mark_ranks(mark, rare->by_chars, 0, rare->more_chars[room], n_ranks));
     if (info_of(x->states + state) != 2)
         mark_range(mark, fs[128], fs[256]);
     for (int c = 0; c < 128 && !bad; c++) {
@@ -441,6 +501,23 @@ classify_excepted(Rests *x, const Rare *rare, const int32_t *table, int32_t sink
         return -1;
     }
     memcpy(inside, rare->real_ids, (size_t)n_inside_words * sizeof(uint32_t));
+    if (bulk) {
+        /* the long tokens not marked: out of inside, and exits when they end the lexeme
+         * (the marked ones are walked below, which sets their bits itself) */
+        const uint32_t *long_ids = rare->long_ids + (int64_t)room * n_inside_words;
+        for (int64_t i = 0; i < n_inside_words; i++)
+            inside[i] &= ~long_ids[i];
+        if (bulk == 1) {
+            const int64_t n_rank_words = (n_ranks + 31) / 32;
+            const uint32_t *long_ranks = rare->long_ranks + (int64_t)room * n_rank_words;
+            for (int64_t i = 0; i < n_rank_words; i++) {
+                const uint32_t marked = (uint32_t)(mark[i >> 1] >> (32 * (i & 1)));
+                const uint32_t ex = long_ranks[i] & ~marked;
+                exits[i] |= ex;
+                *n_exits += __builtin_popcount(ex);
+            }
+        }
+    }
     /* the marked tokens in rank order, each walked from the bytes it shares with the
      * last one walked (st and may_end hold that walk up to `valid`) */
     const uint8_t *prev = NULL;
@@ -495,17 +572,18 @@ classify(PyObject *self, PyObject *args)
 {
     Py_buffer table_b, acc_b, follow_b, blob_b, offsets_b, lcp_b, first_b, ids_b, inside_b, exits_b;
     /* optional: the chain shortcut's fields, then the exception path's */
-    Py_buffer opt[9] = {{0}};
+    Py_buffer opt[11] = {{0}};
     Py_buffer *clen_b = &opt[0], *rest_b = &opt[1], *utf8_b = &opt[2], *chars_b = &opt[3];
     Py_buffer *rstart_b = &opt[4], *rranks_b = &opt[5], *bychars_b = &opt[6], *more_b = &opt[7], *real_b = &opt[8];
+    Py_buffer *longid_b = &opt[9], *longrank_b = &opt[10];
     Py_buffer memo_b = {0};
     int state, only_excepted = 0;
     Py_ssize_t max_len;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*y*y*y*y*y*y*pw*", &table_b, &acc_b, &follow_b, &state,
-                          &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b,
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*y*ny*y*w*w*|y*y*y*y*y*y*y*y*y*y*y*pw*", &table_b, &acc_b, &follow_b,
+                          &state, &blob_b, &offsets_b, &lcp_b, &max_len, &first_b, &ids_b, &inside_b, &exits_b,
                           clen_b, rest_b, utf8_b, chars_b, rstart_b, rranks_b, bychars_b, more_b, real_b,
-                          &only_excepted, &memo_b))
+                          longid_b, longrank_b, &only_excepted, &memo_b))
         return NULL;
     const int shortcut = clen_b->buf != NULL, excepted = rstart_b->buf != NULL;
 
@@ -534,14 +612,20 @@ classify(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "only_excepted needs the exception path's fields");
         goto done;
     }
+    const Py_ssize_t n_rank_words = (n_ranks + 31) / 32;
     if (excepted && (!shortcut || !rranks_b->buf || !bychars_b->buf || !more_b->buf || !real_b->buf
+                     || !longid_b->buf || !longrank_b->buf
                      || check_buffer(rstart_b, 8, 131, "rare_start") || check_buffer(rranks_b, 4, 0, "rare_ranks")
                      || check_buffer(bychars_b, 4, n_ranks, "by_chars")
                      || check_buffer(more_b, 8, max_len + 1, "more_chars")
-                     || check_buffer(real_b, 4, inside_b.len / 4, "real_ids") || real_b->len != inside_b.len)) {
+                     || check_buffer(real_b, 4, inside_b.len / 4, "real_ids") || real_b->len != inside_b.len
+                     || check_buffer(longid_b, 4, 0, "long_ids") || check_buffer(longrank_b, 4, 0, "long_ranks")
+                     || !inside_b.len || longid_b->len % inside_b.len
+                     || (n_rank_words && longrank_b->len != longid_b->len / inside_b.len * n_rank_words * 4))) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "the exception path's five fields come after the chain shortcut's, "
-                                              "together, and real_ids is as long as inside");
+            PyErr_SetString(PyExc_ValueError, "the exception path's seven fields come after the chain shortcut's, "
+                                              "together; real_ids is as long as inside, and long_ids and "
+                                              "long_ranks have as many rows, as wide as inside and exits");
         goto done;
     }
     if (excepted) {
@@ -596,7 +680,8 @@ classify(PyObject *self, PyObject *args)
     const int64_t blob_len = blob_b.len;
     Py_BEGIN_ALLOW_THREADS
     if (excepted) {
-        const Rare rare = {rstart_b->buf, rranks_b->buf, bychars_b->buf, more_b->buf, real_b->buf};
+        const Rare rare = {rstart_b->buf, rranks_b->buf, bychars_b->buf, more_b->buf, real_b->buf,
+                           longid_b->buf, longrank_b->buf, longid_b->len / inside_b.len};
         const int done = classify_excepted(&x, &rare, table, sink, acc, follow, state, blob, blob_len, offsets,
                                            first_start, n_ranks, max_len, rank_to_id, inside, inside_b.len / 4, exits, &n_exits,
                                            st, may_end);
@@ -720,7 +805,7 @@ done:
     PyBuffer_Release(&ids_b);
     PyBuffer_Release(&inside_b);
     PyBuffer_Release(&exits_b);
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 11; i++)
         PyBuffer_Release(&opt[i]);  /* (one never filled has no object: a no-op) */
     PyBuffer_Release(&memo_b);
     return result;
@@ -1492,10 +1577,10 @@ memo_size(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
      "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits"
-     "[, char_len, rest, rest_utf8, rest_chars[, rare_start, rare_ranks, by_chars, more_chars, real_ids"
-     "[, only_excepted]]]) -> number of exit tokens; sets the bits of inside (by token id) and exits (by rank)."
+     "[, char_len, rest, rest_utf8, rest_chars[, rare_start, rare_ranks, by_chars, more_chars, real_ids,"
+     " long_ids, long_ranks[, only_excepted[, memo]]]]) -> number of exit tokens; sets the bits of inside (by token id) and exits (by rank)."
      " char_len .. rest_chars (TokenTable fields of those names; rest_bits for rest) turn the chain shortcut on,"
-     " rare_start .. real_ids the exception path; only_excepted: -1, nothing written, when the state does not"
+     " rare_start .. long_ranks the exception path; only_excepted: -1, nothing written, when the state does not"
      " qualify for it; memo: a zeroed writable buffer of memo_size(table) bytes kept per DFA table (and vocabulary)"
      " across calls, where the chain facts of its states are kept."},
     {"memo_size", memo_size, METH_VARARGS, "memo_size(n_rows) -> bytes of classify()'s memo for a table of n_rows"},

@@ -137,7 +137,8 @@ def _chain_fields(tt: TokenTable) -> tuple:
     chain = (tt.char_len, tt.rest_bits, tt.rest_utf8, tt.rest_chars)
     if not EXCEPTED:
         return chain
-    return chain + (tt.rare_start, tt.rare_ranks, tt.by_chars, tt.more_chars, tt.real_ids)
+    return chain + (tt.rare_start, tt.rare_ranks, tt.by_chars, tt.more_chars, tt.real_ids, tt.long_ids,
+                    tt.long_ranks)
 
 
 def classify_tokens_from(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int, follow: np.ndarray,

@@ -175,6 +175,8 @@ class TokenClasses:
             d = self.agreement(k, q, lexeme, state)
             if d > depth:
                 depth, near = d, (k, q)
+                if d >= self._agreement_cap:
+                    break  # none agrees deeper than the cap
         if near is not None and tt.n_longer[min(depth, tt.max_len)] <= self.NEIGHBOR_SHARE * len(tt.sorted_bytes):
             return self._classify_near(lexeme, state, self._lexeme_tokens[near], depth)
         if candidates_same and self.PAIR_WALK and _lexeme_tokens.NATIVE:

@@ -22,6 +22,11 @@ from .._lru import SizedLRU
 from .bitmask import pack
 
 
+#: rows of ``TokenTable.long_ids`` / ``long_ranks``: one more than the longest chain the
+#: native walk counts without a loop (``CHAIN_STEPS`` + 1 in ``_tokenwalk.c``)
+LONG_ROWS = 26
+
+
 class TokenTable:
     """Byte-sorted and length-sorted views of a vocabulary's non-empty tokens."""
 
@@ -128,7 +133,9 @@ class TokenTable:
         + 1]]``, ascending), then of those with a byte >= 0x80 (128) and of those whose
         bytes >= 0x80 are not whole well-formed UTF-8 characters (129); ``by_chars``, the
         ranks by character count, most first, and ``more_chars[L]``, how many have more than
-        ``L`` characters; ``real_ids``, the packed set of token ids that have a rank."""
+        ``L`` characters; ``real_ids``, the packed set of token ids that have a rank;
+        ``long_ids[L]`` and ``long_ranks[L]``, the tokens with more than ``L`` characters
+        packed by id and by rank (``L`` below :data:`LONG_ROWS`)."""
         n = len(lengths)
         if n:
             token_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
@@ -151,6 +158,17 @@ class TokenTable:
         real = np.zeros(self.vocab_size, dtype=bool)
         real[self.rank_to_id] = True
         self.real_ids = pack(real)
+        # row L: the tokens with more than L characters, by id and by rank (a chain's room
+        # is at most LONG_ROWS - 1 characters unless it loops, which leaves none longer)
+        rows = min(LONG_ROWS, self.max_len + 1)
+        self.long_ids = np.zeros((rows, self.n_words), dtype=np.uint32)
+        self.long_ranks = np.zeros((rows, (n + 31) // 32), dtype=np.uint32)
+        for L in range(rows):
+            longer = chars > L
+            by_id = np.zeros(self.vocab_size, dtype=bool)
+            by_id[self.rank_to_id[longer]] = True
+            self.long_ids[L] = pack(by_id)
+            self.long_ranks[L] = pack(longer)
 
     def longer_than(self, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The ranks of the tokens longer than ``depth`` bytes (ascending), and packed masks
