@@ -381,6 +381,49 @@ def test_native_builder_equals_python_random(rx, max_states):
     _same_outcome(rx, max_states)
 
 
+def _encoded(rxs, native: bool):
+    """The program of ``rxs`` (one _Program, roots in turn) and their offsets."""
+    from gramgen.automata import dfa as dfa_module
+
+    program = dfa_module._Program()
+    roots = [program.node(rx) if native else program.node_py(rx) for rx in rxs]
+    return roots, program.code.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.recursive(_leaf, _extend, max_leaves=14), min_size=1, max_size=3))
+def test_native_encoder_equals_python(rxs):
+    """The C encoder of regex trees into the builder's program (``_dfabuild.encode``)
+    writes the words of the Python one (``_Program.node_py``), with shared subtrees and
+    equal classes once, for several roots in one program."""
+    _native_module()
+    rxs = rxs + [Seq((rxs[0], rxs[-1], rxs[0]))]  # subtrees shared by identity
+    assert _encoded(rxs, True) == _encoded(rxs, False)
+
+
+def test_native_encoder_odd_nodes():
+    """Ranges given as lists (not hashable), subclasses of the node types, a non-node and
+    a regex nested too deeply behave as in Python."""
+    _native_module()
+
+    class MySeq(Seq):
+        pass
+
+    odd = [CharRanges([(97, 97)]), CharRanges([[97, 99], [0x4E2D, 0x4E2D]]), ByteRanges([(0, 255)]),
+           MySeq((literal("ab"), CharRanges([(0x10000, 0x10FFFF)]))), Seq(()), Alt(()),
+           Repeat(literal("x"), 0, None), Seq((literal("\u00e9"), ByteRanges(((200, 200),)), literal("z")))]
+    assert _encoded(odd, True) == _encoded(odd, False)
+    for native in (True, False):
+        with pytest.raises(TypeError):
+            _encoded([Seq((literal("a"), "b"))], native)
+    deep = literal("a")
+    for _ in range(5000):
+        deep = Repeat(Seq((deep, literal("b"))), 0, 1)
+    for native in (True, False):
+        with pytest.raises(RecursionError):
+            _encoded([deep], native)
+
+
 def test_native_builder_equals_python_on_real_lexemes():
     """Every lexeme of the shipped grammars and of schemas with bounded strings, formats,
     patterns and numeric ranges, plus the patterns above."""

@@ -1009,6 +1009,501 @@ compile_program(PyObject *self, PyObject *args)
     return result;
 }
 
+/* --------------------------------------------------------------- regex encoding */
+
+/* encode(rx, code, by_id, leaves, leaf, types) -> offset: the regex tree rooted at rx
+ * appended to the int32 program `code` (an array('i')) as gramgen.automata.dfa._Program
+ * encodes it (the same words; that class is the reference and the fallback). `by_id`
+ * maps id(node) -> offset of the nodes encoded already (shared subtrees once), `leaves`
+ * maps a character or byte class -> offset (equal classes once), `leaf(rx)` gives the
+ * words of a class, `types` the node classes (Seq, CharRanges, ByteRanges, Alt, Repeat,
+ * Automaton). RecursionError past ENCODE_DEPTH levels. */
+
+enum { T_SEQ, T_CHARS, T_BYTES, T_ALT, T_REPEAT, T_AUTOMATON, N_TYPES };
+#define ENCODE_DEPTH 2000
+
+typedef struct {
+    Vec out;             /* the words appended by this call */
+    Py_ssize_t base;     /* offset of out[0] in the program */
+    PyObject *by_id, *leaves, *leaf;
+    PyObject *types[N_TYPES];
+    PyObject *s_items, *s_item, *s_min, *s_max, *s_ranges, *s_n_states, *s_start, *s_edges, *s_accepting;
+    int depth;
+} Encoder;
+
+static int
+node_type(Encoder *e, PyObject *rx)
+{
+    PyTypeObject *tp = Py_TYPE(rx);
+    for (int i = 0; i < N_TYPES; i++)
+        if ((PyObject *)tp == e->types[i])
+            return i;
+    for (int i = 0; i < N_TYPES; i++) {
+        int r = PyObject_IsInstance(rx, e->types[i]);
+        if (r < 0)
+            return -2;
+        if (r)
+            return i;
+    }
+    return -1;
+}
+
+static int
+emit(Encoder *e, int32_t w)
+{
+    if (vec_push(&e->out, w) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* an int attribute (or item) as int32; -1 with an exception when it is not one */
+static int
+as_int32(PyObject *o, int32_t *out)
+{
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "regex field out of the int32 range");
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+/* the UTF-8 bytes (1 to 4) of a class that matches exactly one character or byte, else 0 */
+static int
+single_literal(Encoder *e, PyObject *rx, int type, uint8_t *buf)
+{
+    PyObject *ranges = PyObject_GetAttr(rx, e->s_ranges);
+    if (!ranges)
+        return -1;
+    int n = 0;
+    PyObject *seq = PySequence_Fast(ranges, "ranges must be a sequence");
+    Py_DECREF(ranges);
+    if (!seq)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(seq) == 1) {
+        PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, 0), "a range must be a pair");
+        if (!pair) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        long lo = -1, hi = -2;
+        if (PySequence_Fast_GET_SIZE(pair) == 2) {
+            lo = PyLong_AsLong(PySequence_Fast_GET_ITEM(pair, 0));
+            hi = PyLong_AsLong(PySequence_Fast_GET_ITEM(pair, 1));
+        }
+        Py_DECREF(pair);
+        if (PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (lo == hi) {
+            if (type == T_BYTES) {
+                if (lo >= 0 && lo <= 255) {
+                    buf[0] = (uint8_t)lo;
+                    n = 1;
+                }
+            } else if (lo >= 0 && lo <= 0x10FFFF && !(lo >= 0xD800 && lo <= 0xDFFF)) {
+                if (lo < 0x80) {
+                    buf[0] = (uint8_t)lo;
+                    n = 1;
+                } else if (lo < 0x800) {
+                    buf[0] = (uint8_t)(0xC0 | (lo >> 6));
+                    buf[1] = (uint8_t)(0x80 | (lo & 0x3F));
+                    n = 2;
+                } else if (lo < 0x10000) {
+                    buf[0] = (uint8_t)(0xE0 | (lo >> 12));
+                    buf[1] = (uint8_t)(0x80 | ((lo >> 6) & 0x3F));
+                    buf[2] = (uint8_t)(0x80 | (lo & 0x3F));
+                    n = 3;
+                } else {
+                    buf[0] = (uint8_t)(0xF0 | (lo >> 18));
+                    buf[1] = (uint8_t)(0x80 | ((lo >> 12) & 0x3F));
+                    buf[2] = (uint8_t)(0x80 | ((lo >> 6) & 0x3F));
+                    buf[3] = (uint8_t)(0x80 | (lo & 0x3F));
+                    n = 4;
+                }
+            }
+        }
+    }
+    Py_DECREF(seq);
+    return n;
+}
+
+static Py_ssize_t encode_node(Encoder *e, PyObject *rx);
+
+/* a run of literal bytes as one STRING node */
+static Py_ssize_t
+encode_string(Encoder *e, const Vec *run)
+{
+    Py_ssize_t at = e->base + (Py_ssize_t)e->out.n;
+    if (emit(e, K_STRING) || emit(e, (int32_t)run->n))
+        return -1;
+    for (size_t i = 0; i < run->n; i++)
+        if (emit(e, run->v[i]))
+            return -1;
+    return at;
+}
+
+static Py_ssize_t
+encode_seq(Encoder *e, PyObject *rx)
+{
+    PyObject *items = PyObject_GetAttr(rx, e->s_items);
+    if (!items)
+        return -1;
+    PyObject *fast = PySequence_Fast(items, "Seq.items must be a sequence");
+    Py_DECREF(items);
+    if (!fast)
+        return -1;
+    Vec kids = {0}, run = {0};
+    Py_ssize_t at = -1;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        int type = node_type(e, item);
+        if (type == -2)
+            goto done;
+        if (type == T_CHARS || type == T_BYTES) {
+            uint8_t buf[4];
+            int k = single_literal(e, item, type, buf);
+            if (k < 0)
+                goto done;
+            if (k > 0) {
+                for (int j = 0; j < k; j++)
+                    if (vec_push(&run, buf[j]) < 0)
+                        goto nomem;
+                continue;
+            }
+        }
+        if (run.n) {
+            Py_ssize_t s = encode_string(e, &run);
+            if (s < 0)
+                goto done;
+            run.n = 0;
+            if (vec_push(&kids, (int32_t)s) < 0)
+                goto nomem;
+        }
+        Py_ssize_t k = encode_node(e, item);
+        if (k < 0)
+            goto done;
+        if (vec_push(&kids, (int32_t)k) < 0)
+            goto nomem;
+    }
+    if (run.n || !kids.n) {
+        Py_ssize_t s = encode_string(e, &run);
+        if (s < 0)
+            goto done;
+        if (vec_push(&kids, (int32_t)s) < 0)
+            goto nomem;
+    }
+    if (kids.n == 1) {
+        at = kids.v[0];
+        goto done;
+    }
+    at = e->base + (Py_ssize_t)e->out.n;
+    if (emit(e, K_SEQ) || emit(e, (int32_t)kids.n)) {
+        at = -1;
+        goto done;
+    }
+    for (size_t i = 0; i < kids.n; i++)
+        if (emit(e, kids.v[i])) {
+            at = -1;
+            goto done;
+        }
+    goto done;
+nomem:
+    PyErr_NoMemory();
+    at = -1;
+done:
+    free(kids.v);
+    free(run.v);
+    Py_DECREF(fast);
+    return at;
+}
+
+static Py_ssize_t
+encode_leaf(Encoder *e, PyObject *rx)
+{
+    PyObject *found = PyDict_GetItemWithError(e->leaves, rx);  /* borrowed */
+    int hashable = 1;
+    if (found)
+        return PyLong_AsSsize_t(found);
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();  /* ranges given as lists: not hashable, encoded each time */
+        hashable = 0;
+    }
+    PyObject *words = PyObject_CallOneArg(e->leaf, rx);
+    if (!words)
+        return -1;
+    PyObject *fast = PySequence_Fast(words, "leaf() must give a sequence of ints");
+    Py_DECREF(words);
+    if (!fast)
+        return -1;
+    Py_ssize_t at = e->base + (Py_ssize_t)e->out.n;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+        int32_t w;
+        if (as_int32(PySequence_Fast_GET_ITEM(fast, i), &w) || emit(e, w)) {
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    if (hashable) {
+        PyObject *v = PyLong_FromSsize_t(at);
+        if (!v || PyDict_SetItem(e->leaves, rx, v) < 0) {
+            Py_XDECREF(v);
+            return -1;
+        }
+        Py_DECREF(v);
+    }
+    return at;
+}
+
+static Py_ssize_t
+encode_kids(Encoder *e, PyObject *rx, int32_t kind)
+{
+    PyObject *items = PyObject_GetAttr(rx, e->s_items);
+    if (!items)
+        return -1;
+    PyObject *fast = PySequence_Fast(items, "Alt.items must be a sequence");
+    Py_DECREF(items);
+    if (!fast)
+        return -1;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    Vec kids = {0};
+    Py_ssize_t at = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t k = encode_node(e, PySequence_Fast_GET_ITEM(fast, i));
+        if (k < 0)
+            goto done;
+        if (vec_push(&kids, (int32_t)k) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    at = e->base + (Py_ssize_t)e->out.n;
+    if (emit(e, kind) || emit(e, (int32_t)n)) {
+        at = -1;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (emit(e, kids.v[i])) {
+            at = -1;
+            goto done;
+        }
+done:
+    free(kids.v);
+    Py_DECREF(fast);
+    return at;
+}
+
+static Py_ssize_t
+encode_repeat(Encoder *e, PyObject *rx)
+{
+    PyObject *item = PyObject_GetAttr(rx, e->s_item);
+    if (!item)
+        return -1;
+    Py_ssize_t k = encode_node(e, item);
+    Py_DECREF(item);
+    if (k < 0)
+        return -1;
+    PyObject *lo = PyObject_GetAttr(rx, e->s_min), *hi = lo ? PyObject_GetAttr(rx, e->s_max) : NULL;
+    int32_t vlo = 0, vhi = -1;
+    int bad = !lo || !hi || as_int32(lo, &vlo) || (hi != Py_None && as_int32(hi, &vhi));
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    if (bad)
+        return -1;
+    Py_ssize_t at = e->base + (Py_ssize_t)e->out.n;
+    if (emit(e, K_REPEAT) || emit(e, (int32_t)k) || emit(e, vlo) || emit(e, vhi))
+        return -1;
+    return at;
+}
+
+static Py_ssize_t
+encode_automaton(Encoder *e, PyObject *rx)
+{
+    PyObject *n_states = PyObject_GetAttr(rx, e->s_n_states);
+    PyObject *start = n_states ? PyObject_GetAttr(rx, e->s_start) : NULL;
+    PyObject *edges = start ? PyObject_GetAttr(rx, e->s_edges) : NULL;
+    PyObject *accepting = edges ? PyObject_GetAttr(rx, e->s_accepting) : NULL;
+    PyObject *fe = accepting ? PySequence_Fast(edges, "Automaton.edges must be a sequence") : NULL;
+    PyObject *fa = fe ? PySequence_Fast(accepting, "Automaton.accepting must be a sequence") : NULL;
+    Py_ssize_t at = -1;
+    Vec labels = {0};
+    int32_t ns = 0, st = 0;
+    if (!fa || as_int32(n_states, &ns) || as_int32(start, &st))
+        goto done;
+    const Py_ssize_t n_edges = PySequence_Fast_GET_SIZE(fe), n_acc = PySequence_Fast_GET_SIZE(fa);
+    for (Py_ssize_t i = 0; i < n_edges; i++) {
+        PyObject *edge = PySequence_Fast(PySequence_Fast_GET_ITEM(fe, i), "an edge must be (src, regex, dst)");
+        if (!edge)
+            goto done;
+        int32_t a = 0, b = 0;
+        Py_ssize_t k = -1;
+        if (PySequence_Fast_GET_SIZE(edge) != 3)
+            PyErr_SetString(PyExc_ValueError, "an edge must be (src, regex, dst)");
+        else if (!as_int32(PySequence_Fast_GET_ITEM(edge, 0), &a) && !as_int32(PySequence_Fast_GET_ITEM(edge, 2), &b))
+            k = encode_node(e, PySequence_Fast_GET_ITEM(edge, 1));
+        Py_DECREF(edge);
+        if (k < 0)
+            goto done;
+        if (vec_push(&labels, a) < 0 || vec_push(&labels, (int32_t)k) < 0 || vec_push(&labels, b) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    at = e->base + (Py_ssize_t)e->out.n;
+    if (emit(e, K_AUTOMATON) || emit(e, ns) || emit(e, st) || emit(e, (int32_t)n_acc)) {
+        at = -1;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_acc; i++) {
+        int32_t q;
+        if (as_int32(PySequence_Fast_GET_ITEM(fa, i), &q) || emit(e, q)) {
+            at = -1;
+            goto done;
+        }
+    }
+    if (emit(e, (int32_t)n_edges)) {
+        at = -1;
+        goto done;
+    }
+    for (size_t i = 0; i < labels.n; i++)
+        if (emit(e, labels.v[i])) {
+            at = -1;
+            goto done;
+        }
+done:
+    free(labels.v);
+    Py_XDECREF(n_states);
+    Py_XDECREF(start);
+    Py_XDECREF(edges);
+    Py_XDECREF(accepting);
+    Py_XDECREF(fe);
+    Py_XDECREF(fa);
+    return at;
+}
+
+static Py_ssize_t
+encode_node(Encoder *e, PyObject *rx)
+{
+    PyObject *key = PyLong_FromVoidPtr(rx);
+    if (!key)
+        return -1;
+    PyObject *found = PyDict_GetItemWithError(e->by_id, key);  /* borrowed */
+    if (found) {
+        Py_DECREF(key);
+        return PyLong_AsSsize_t(found);
+    }
+    Py_ssize_t at = -1;
+    if (PyErr_Occurred())
+        goto done;
+    if (++e->depth > ENCODE_DEPTH) {
+        PyErr_SetString(PyExc_RecursionError, "regex is nested too deeply");
+        goto done;
+    }
+    switch (node_type(e, rx)) {
+    case T_SEQ:
+        at = encode_seq(e, rx);
+        break;
+    case T_CHARS:
+    case T_BYTES:
+        at = encode_leaf(e, rx);
+        break;
+    case T_ALT:
+        at = encode_kids(e, rx, K_ALT);
+        break;
+    case T_REPEAT:
+        at = encode_repeat(e, rx);
+        break;
+    case T_AUTOMATON:
+        at = encode_automaton(e, rx);
+        break;
+    case -1:
+        PyErr_Format(PyExc_TypeError, "not a regex node: %R", rx);
+        break;
+    default:  /* -2: isinstance raised */
+        break;
+    }
+    e->depth--;
+    if (at >= 0) {
+        PyObject *v = PyLong_FromSsize_t(at);
+        if (!v || PyDict_SetItem(e->by_id, key, v) < 0)
+            at = -1;
+        Py_XDECREF(v);
+    }
+done:
+    Py_DECREF(key);
+    return at;
+}
+
+static PyObject *
+encode(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *rx, *code, *by_id, *leaves, *leaf, *types;
+    if (!PyArg_ParseTuple(args, "OOO!O!OO!", &rx, &code, &PyDict_Type, &by_id, &PyDict_Type, &leaves, &leaf,
+                          &PyTuple_Type, &types))
+        return NULL;
+    if (PyTuple_GET_SIZE(types) != N_TYPES) {
+        PyErr_SetString(PyExc_ValueError, "types: (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton)");
+        return NULL;
+    }
+    Py_ssize_t base = PyObject_Length(code);
+    if (base < 0)
+        return NULL;
+    Encoder e;
+    memset(&e, 0, sizeof(e));
+    e.base = base;
+    e.by_id = by_id;
+    e.leaves = leaves;
+    e.leaf = leaf;
+    for (int i = 0; i < N_TYPES; i++)
+        e.types[i] = PyTuple_GET_ITEM(types, i);
+    PyObject *result = NULL;
+    e.s_items = PyUnicode_InternFromString("items");
+    e.s_item = PyUnicode_InternFromString("item");
+    e.s_min = PyUnicode_InternFromString("min");
+    e.s_max = PyUnicode_InternFromString("max");
+    e.s_ranges = PyUnicode_InternFromString("ranges");
+    e.s_n_states = PyUnicode_InternFromString("n_states");
+    e.s_start = PyUnicode_InternFromString("start");
+    e.s_edges = PyUnicode_InternFromString("edges");
+    e.s_accepting = PyUnicode_InternFromString("accepting");
+    if (e.s_items && e.s_item && e.s_min && e.s_max && e.s_ranges && e.s_n_states && e.s_start && e.s_edges
+        && e.s_accepting) {
+        Py_ssize_t at = encode_node(&e, rx);
+        if (at >= 0) {
+            /* the new words onto the program in one call */
+            PyObject *data = PyBytes_FromStringAndSize((const char *)e.out.v, (Py_ssize_t)e.out.n * 4);
+            PyObject *r = data ? PyObject_CallMethod(code, "frombytes", "O", data) : NULL;
+            Py_XDECREF(data);
+            if (r) {
+                Py_DECREF(r);
+                result = PyLong_FromSsize_t(at);
+            }
+        }
+    }
+    Py_XDECREF(e.s_items);
+    Py_XDECREF(e.s_item);
+    Py_XDECREF(e.s_min);
+    Py_XDECREF(e.s_max);
+    Py_XDECREF(e.s_ranges);
+    Py_XDECREF(e.s_n_states);
+    Py_XDECREF(e.s_start);
+    Py_XDECREF(e.s_edges);
+    Py_XDECREF(e.s_accepting);
+    free(e.out.v);
+    return result;
+}
+
 /* ------------------------------------------------------------- agreement depth */
 
 /* The largest d <= cap such that state q1 of one DFA and state q2 of another (or the
@@ -1205,6 +1700,11 @@ static PyMethodDef methods[] = {
      "agreement_depth(table1, acc1, q1, table2, acc2, q2, cap, max_pairs) -> the largest d <= cap such"
      " that q1 (of the first DFA, sink form) and q2 (of the second) agree (dead / alive and accepting)"
      " after every byte string of length <= d."},
+    {"encode", encode, METH_VARARGS,
+     "encode(rx, code, by_id, leaves, leaf, types) -> offset: the regex tree rx appended to the int32"
+     " program code (array('i')) as gramgen.automata.dfa._Program.node encodes it; by_id (id -> offset)"
+     " and leaves (class -> offset) are the encoded nodes, leaf(rx) the words of a class, types the node"
+     " classes (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton). RecursionError when nested too deeply."},
     {"compile_program", compile_program, METH_VARARGS,
      "compile_program(program, root, nfa_budget, max_states, work_budget) -> (status, transitions,"
      " sink_transitions, accepting, n): the minimal trimmed DFA, numbered breadth-first, as bytes:"

@@ -442,6 +442,9 @@ def _agreement_depth_numpy(t1: np.ndarray, a1: np.ndarray, q1: int, t2: np.ndarr
     return cap
 
 
+_NODE_TYPES = (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton)
+
+
 class _Program:
     """A regex as a flat int32 program for ``_dfabuild.compile_program``: each node is a
     kind followed by its operands, referred to by its offset; a shared subtree (or an
@@ -456,10 +459,23 @@ class _Program:
         self._leaves: dict[Regex, int] = {}
 
     def node(self, rx: Regex) -> int:
+        """The offset of ``rx`` in the program, encoding it (and what it holds) first if
+        it is not there yet; in C when the native builder is there (the same words)."""
+        if _dfabuild is not None and NATIVE:
+            return _dfabuild.encode(rx, self.code, self._by_id, self._leaves, self._leaf_words, _NODE_TYPES)
+        return self.node_py(rx)
+
+    def node_py(self, rx: Regex) -> int:
+        """:meth:`node` in Python (the reference for the native encoder)."""
         at = self._by_id.get(id(rx))
         if at is not None:
             return at
-        if isinstance(rx, (CharRanges, ByteRanges)):
+        cls = rx.__class__
+        if cls not in _NODE_TYPES:  # a subclass of a node type: encoded as its base
+            cls = next((c for c in _NODE_TYPES if isinstance(rx, c)), None)
+        if cls is Seq:
+            at = self._seq(rx.items)
+        elif cls is CharRanges or cls is ByteRanges:
             # leaves by value (their hash is memoized): equal classes are frequent
             # distinct objects, one per character of every literal
             try:
@@ -468,34 +484,19 @@ class _Program:
                     at = self._leaves[rx] = self._leaf(rx)
             except TypeError:  # ranges given as lists: not hashable
                 at = self._leaf(rx)
-        elif isinstance(rx, Seq):
-            # runs of single characters (property names, punctuation, enum values)
-            # become byte strings
-            kids: list[int] = []
-            run = bytearray()
-            for item in rx.items:
-                data = _single_literal(item)
-                if data is not None:
-                    run += data
-                    continue
-                if run:
-                    kids.append(self._emit([self.STRING, len(run), *run]))
-                    run.clear()
-                kids.append(self.node(item))
-            if not kids:
-                at = self._emit([self.STRING, len(run), *run])
-            else:
-                if run:
-                    kids.append(self._emit([self.STRING, len(run), *run]))
-                at = kids[0] if len(kids) == 1 else self._emit([self.SEQ, len(kids), *kids])
-        elif isinstance(rx, Alt):
-            kids = [self.node(item) for item in rx.items]
-            at = self._emit([self.ALT, len(kids), *kids])
-        elif isinstance(rx, Repeat):
-            item = self.node(rx.item)
-            at = self._emit([self.REPEAT, item, rx.min, -1 if rx.max is None else rx.max])
-        elif isinstance(rx, Automaton):
-            labels = [(a, self.node(label), b) for a, label, b in rx.edges]
+        elif cls is Alt:
+            node = self.node_py
+            kids = [node(item) for item in rx.items]
+            code = self.code
+            at = len(code)
+            code.append(self.ALT)
+            code.append(len(kids))
+            code.extend(kids)
+        elif cls is Repeat:
+            item = self.node_py(rx.item)
+            at = self._emit((self.REPEAT, item, rx.min, -1 if rx.max is None else rx.max))
+        elif cls is Automaton:
+            labels = [(a, self.node_py(label), b) for a, label, b in rx.edges]
             accepting = list(rx.accepting)
             at = self._emit([self.AUTOMATON, rx.n_states, rx.start, len(accepting), *accepting,
                              len(labels), *chain.from_iterable(labels)])
@@ -504,41 +505,74 @@ class _Program:
         self._by_id[id(rx)] = at
         return at
 
+    def _seq(self, items) -> int:
+        """A concatenation; runs of single characters (property names, punctuation, enum
+        values) become byte strings."""
+        kids: list[int] = []
+        run = bytearray()
+        node = self.node_py
+        for item in items:
+            cls = item.__class__
+            if cls is CharRanges or cls is ByteRanges:
+                ranges = item.ranges
+                if len(ranges) == 1:
+                    lo, hi = ranges[0]
+                    if lo == hi:
+                        if cls is ByteRanges:
+                            if 0 <= lo <= 255:
+                                run.append(lo)
+                                continue
+                        elif 0 <= lo <= 0x10FFFF and not 0xD800 <= lo <= 0xDFFF:
+                            if lo < 0x80:
+                                run.append(lo)
+                            else:
+                                run += chr(lo).encode()
+                            continue
+            if run:
+                kids.append(self._string(run))
+                run = bytearray()
+            kids.append(node(item))
+        if run:
+            kids.append(self._string(run))
+        if len(kids) == 1:
+            return kids[0]
+        if not kids:  # the empty concatenation: an empty string
+            return self._string(run)
+        code = self.code
+        at = len(code)
+        code.append(self.SEQ)
+        code.append(len(kids))
+        code.extend(kids)
+        return at
+
+    def _string(self, data: bytearray) -> int:
+        code = self.code
+        at = len(code)
+        code.append(self.STRING)
+        code.append(len(data))
+        code.extend(data)
+        return at
+
     def _leaf(self, rx: CharRanges | ByteRanges) -> int:
+        return self._emit(self._leaf_words(rx))
+
+    def _leaf_words(self, rx: CharRanges | ByteRanges) -> list[int]:
         if isinstance(rx, ByteRanges):
             ranges = [(max(lo, 0), min(hi, 255)) for lo, hi in normalize_ranges(rx.ranges)]
             ranges = [r for r in ranges if r[0] <= r[1]]
-            return self._emit([self.BYTES, len(ranges), *chain.from_iterable(ranges)])
+            return [self.BYTES, len(ranges), *chain.from_iterable(ranges)]
         automaton = _char_automaton(rx.ranges)
         words = [self.CHARS, len(automaton)]
         for edges in automaton:
             words.append(len(edges))
             for lo, hi, target in edges:
                 words += (lo, hi, -1 if target == EXIT else target)
-        return self._emit(words)
+        return words
 
     def _emit(self, words: list[int]) -> int:
         at = len(self.code)
         self.code.extend(words)
         return at
-
-
-def _single_literal(rx: Regex) -> bytes | None:
-    """The UTF-8 bytes of ``rx`` when it matches exactly one character or byte, else None."""
-    cls = rx.__class__
-    if cls is not CharRanges and cls is not ByteRanges:
-        return None
-    ranges = rx.ranges
-    if len(ranges) != 1:
-        return None
-    lo, hi = ranges[0]
-    if lo != hi:
-        return None
-    if cls is ByteRanges:
-        return bytes((lo,)) if 0 <= lo <= 255 else None
-    if 0 <= lo <= 0x10FFFF and not 0xD800 <= lo <= 0xDFFF:
-        return chr(lo).encode()
-    return None
 
 
 def _work_budget(max_states: int) -> int:
