@@ -212,12 +212,20 @@ class _Sizes:
 
     def measure(self, rx: Regex) -> tuple[int, int]:
         """(size, depth) of ``rx``."""
-        got = self._memo.get(id(rx))
+        memo = self._memo
+        got = memo.get(id(rx))
         if got is None:
             measure = self.measure
             if isinstance(rx, (Seq, Alt)):
-                parts = [measure(i) for i in rx.items]
-                size, depth = 1 + sum(p[0] for p in parts), 1 + max((p[1] for p in parts), default=0)
+                # (the children mostly measured already: looked up here, not called)
+                size, depth = 1, 0
+                for item in rx.items:
+                    known = memo.get(id(item))
+                    s, d = measure(item) if known is None else (known[1], known[2])
+                    size += s
+                    if d > depth:
+                        depth = d
+                depth += 1
             elif isinstance(rx, Repeat):
                 size, depth = measure(rx.item)
                 size, depth = size + 1, depth + 1
@@ -232,11 +240,15 @@ class _Sizes:
 
     def expanded(self, rx: Regex) -> int:
         """Automaton positions once counted repeats are unrolled (what the DFA will cost)."""
-        got = self._expanded.get(id(rx))
+        memo = self._expanded
+        got = memo.get(id(rx))
         if got is None:
             size = self.expanded
             if isinstance(rx, (Seq, Alt)):
-                n = 1 + sum(size(i) for i in rx.items)
+                n = 1
+                for item in rx.items:
+                    known = memo.get(id(item))
+                    n += size(item) if known is None else known[1]
             elif isinstance(rx, Repeat):
                 n = 1 + size(rx.item) * (rx.max if rx.max is not None else rx.min + 1)
             elif isinstance(rx, Automaton):
