@@ -19,12 +19,16 @@ MAX_CODEPOINT = 0x10FFFF
 
 
 class Regex:
-    """Base class of the regular-expression AST used for lexemes."""
+    """Base class of the regular-expression AST used for lexemes.
 
-    __slots__ = ()
+    Nodes have slots, not a ``__dict__``: a schema lowers to tens of thousands of them,
+    and each dict was one more object for the cyclic collector to track (``_hash`` keeps
+    the memoized hash, see below)."""
+
+    __slots__ = ("_hash",)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CharRanges(Regex):
     """One code point from a union of inclusive ranges (sorted, non-overlapping).
 
@@ -35,28 +39,28 @@ class CharRanges(Regex):
     ranges: tuple[tuple[int, int], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ByteRanges(Regex):
     """One raw byte from a union of inclusive ranges within 0..255."""
 
     ranges: tuple[tuple[int, int], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Seq(Regex):
     """Concatenation; ``Seq(())`` matches the empty string."""
 
     items: tuple[Regex, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Alt(Regex):
     """Alternation; ``Alt(())`` matches nothing."""
 
     items: tuple[Regex, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Repeat(Regex):
     """``item`` repeated between ``min`` and ``max`` times (``max=None``: unbounded)."""
 
@@ -65,7 +69,7 @@ class Repeat(Regex):
     max: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Automaton(Regex):
     """A finite automaton whose edges are labelled by regexes (``(src, regex, dst)``).
 
@@ -89,11 +93,12 @@ def _memoized_hash(generated):
     between processes before Python 3.12)."""
 
     def __hash__(self) -> int:
-        d = self.__dict__
-        h = d.get("_hash")
-        if h is None:
-            h = d["_hash"] = generated(self)
-        return h
+        try:
+            return self._hash
+        except AttributeError:
+            h = generated(self)
+            object.__setattr__(self, "_hash", h)
+            return h
 
     return __hash__
 
