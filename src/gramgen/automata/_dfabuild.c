@@ -1136,17 +1136,24 @@ single_literal(Encoder *e, PyObject *rx, int type, uint8_t *buf)
 
 static Py_ssize_t encode_node(Encoder *e, PyObject *rx);
 
+/* a node of `kind` followed by its n words (children's offsets, or bytes); its offset */
+static Py_ssize_t
+emit_counted(Encoder *e, int32_t kind, const Vec *words)
+{
+    Py_ssize_t at = e->base + (Py_ssize_t)e->out.n;
+    if (emit(e, kind) || emit(e, (int32_t)words->n))
+        return -1;
+    for (size_t i = 0; i < words->n; i++)
+        if (emit(e, words->v[i]))
+            return -1;
+    return at;
+}
+
 /* a run of literal bytes as one STRING node */
 static Py_ssize_t
 encode_string(Encoder *e, const Vec *run)
 {
-    Py_ssize_t at = e->base + (Py_ssize_t)e->out.n;
-    if (emit(e, K_STRING) || emit(e, (int32_t)run->n))
-        return -1;
-    for (size_t i = 0; i < run->n; i++)
-        if (emit(e, run->v[i]))
-            return -1;
-    return at;
+    return emit_counted(e, K_STRING, run);
 }
 
 static Py_ssize_t
@@ -1200,20 +1207,7 @@ encode_seq(Encoder *e, PyObject *rx)
         if (vec_push(&kids, (int32_t)s) < 0)
             goto nomem;
     }
-    if (kids.n == 1) {
-        at = kids.v[0];
-        goto done;
-    }
-    at = e->base + (Py_ssize_t)e->out.n;
-    if (emit(e, K_SEQ) || emit(e, (int32_t)kids.n)) {
-        at = -1;
-        goto done;
-    }
-    for (size_t i = 0; i < kids.n; i++)
-        if (emit(e, kids.v[i])) {
-            at = -1;
-            goto done;
-        }
+    at = kids.n == 1 ? kids.v[0] : emit_counted(e, K_SEQ, &kids);
     goto done;
 nomem:
     PyErr_NoMemory();
@@ -1287,16 +1281,7 @@ encode_kids(Encoder *e, PyObject *rx, int32_t kind)
             goto done;
         }
     }
-    at = e->base + (Py_ssize_t)e->out.n;
-    if (emit(e, kind) || emit(e, (int32_t)n)) {
-        at = -1;
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (emit(e, kids.v[i])) {
-            at = -1;
-            goto done;
-        }
+    at = emit_counted(e, kind, &kids);
 done:
     free(kids.v);
     Py_DECREF(fast);

@@ -486,12 +486,7 @@ class _Program:
                 at = self._leaf(rx)
         elif cls is Alt:
             node = self.node_py
-            kids = [node(item) for item in rx.items]
-            code = self.code
-            at = len(code)
-            code.append(self.ALT)
-            code.append(len(kids))
-            code.extend(kids)
+            at = self._counted(self.ALT, [node(item) for item in rx.items])
         elif cls is Repeat:
             item = self.node_py(rx.item)
             at = self._emit((self.REPEAT, item, rx.min, -1 if rx.max is None else rx.max))
@@ -538,19 +533,18 @@ class _Program:
             return kids[0]
         if not kids:  # the empty concatenation: an empty string
             return self._string(run)
-        code = self.code
-        at = len(code)
-        code.append(self.SEQ)
-        code.append(len(kids))
-        code.extend(kids)
-        return at
+        return self._counted(self.SEQ, kids)
 
     def _string(self, data: bytearray) -> int:
+        return self._counted(self.STRING, data)
+
+    def _counted(self, kind: int, words) -> int:
+        """A node of ``kind`` followed by how many words it has and those words."""
         code = self.code
         at = len(code)
-        code.append(self.STRING)
-        code.append(len(data))
-        code.extend(data)
+        code.append(kind)
+        code.append(len(words))
+        code.extend(words)
         return at
 
     def _leaf(self, rx: CharRanges | ByteRanges) -> int:
