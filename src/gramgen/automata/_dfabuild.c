@@ -1017,10 +1017,9 @@ compile_program(PyObject *self, PyObject *args)
  * maps id(node) -> offset of the nodes encoded already (shared subtrees once), `leaves`
  * maps a character or byte class -> offset (equal classes once), `leaf(rx)` gives the
  * words of a class, `types` the node classes (Seq, CharRanges, ByteRanges, Alt, Repeat,
- * Automaton). RecursionError past ENCODE_DEPTH levels. */
+ * Automaton). RecursionError past Python's recursion limit (as the Python encoder). */
 
 enum { T_SEQ, T_CHARS, T_BYTES, T_ALT, T_REPEAT, T_AUTOMATON, N_TYPES };
-#define ENCODE_DEPTH 2000
 
 typedef struct {
     Vec out;             /* the words appended by this call */
@@ -1028,7 +1027,6 @@ typedef struct {
     PyObject *by_id, *leaves, *leaf;
     PyObject *types[N_TYPES];
     PyObject *s_items, *s_item, *s_min, *s_max, *s_ranges, *s_n_states, *s_start, *s_edges, *s_accepting;
-    int depth;
 } Encoder;
 
 static int
@@ -1390,10 +1388,8 @@ encode_node(Encoder *e, PyObject *rx)
     Py_ssize_t at = -1;
     if (PyErr_Occurred())
         goto done;
-    if (++e->depth > ENCODE_DEPTH) {
-        PyErr_SetString(PyExc_RecursionError, "regex is nested too deeply");
+    if (Py_EnterRecursiveCall(" while encoding a regex"))  /* Python's recursion limit */
         goto done;
-    }
     switch (node_type(e, rx)) {
     case T_SEQ:
         at = encode_seq(e, rx);
@@ -1417,7 +1413,7 @@ encode_node(Encoder *e, PyObject *rx)
     default:  /* -2: isinstance raised */
         break;
     }
-    e->depth--;
+    Py_LeaveRecursiveCall();
     if (at >= 0) {
         PyObject *v = PyLong_FromSsize_t(at);
         if (!v || PyDict_SetItem(e->by_id, key, v) < 0)
