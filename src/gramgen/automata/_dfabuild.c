@@ -1071,16 +1071,25 @@ as_int32(PyObject *o, int32_t *out)
     return 0;
 }
 
+/* attribute `name` of a node as a sequence of fixed length (a new reference); NULL with
+ * an exception (`what`: the message when it is not a sequence) */
+static PyObject *
+fast_attr(PyObject *rx, PyObject *name, const char *what)
+{
+    PyObject *v = PyObject_GetAttr(rx, name);
+    if (!v)
+        return NULL;
+    PyObject *fast = PySequence_Fast(v, what);
+    Py_DECREF(v);
+    return fast;
+}
+
 /* the UTF-8 bytes (1 to 4) of a class that matches exactly one character or byte, else 0 */
 static int
 single_literal(Encoder *e, PyObject *rx, int type, uint8_t *buf)
 {
-    PyObject *ranges = PyObject_GetAttr(rx, e->s_ranges);
-    if (!ranges)
-        return -1;
     int n = 0;
-    PyObject *seq = PySequence_Fast(ranges, "ranges must be a sequence");
-    Py_DECREF(ranges);
+    PyObject *seq = fast_attr(rx, e->s_ranges, "ranges must be a sequence");
     if (!seq)
         return -1;
     if (PySequence_Fast_GET_SIZE(seq) == 1) {
@@ -1147,21 +1156,10 @@ emit_counted(Encoder *e, int32_t kind, const Vec *words)
     return at;
 }
 
-/* a run of literal bytes as one STRING node */
-static Py_ssize_t
-encode_string(Encoder *e, const Vec *run)
-{
-    return emit_counted(e, K_STRING, run);
-}
-
 static Py_ssize_t
 encode_seq(Encoder *e, PyObject *rx)
 {
-    PyObject *items = PyObject_GetAttr(rx, e->s_items);
-    if (!items)
-        return -1;
-    PyObject *fast = PySequence_Fast(items, "Seq.items must be a sequence");
-    Py_DECREF(items);
+    PyObject *fast = fast_attr(rx, e->s_items, "Seq.items must be a sequence");
     if (!fast)
         return -1;
     Vec kids = {0}, run = {0};
@@ -1185,7 +1183,7 @@ encode_seq(Encoder *e, PyObject *rx)
             }
         }
         if (run.n) {
-            Py_ssize_t s = encode_string(e, &run);
+            Py_ssize_t s = emit_counted(e, K_STRING, &run);
             if (s < 0)
                 goto done;
             run.n = 0;
@@ -1199,7 +1197,7 @@ encode_seq(Encoder *e, PyObject *rx)
             goto nomem;
     }
     if (run.n || !kids.n) {
-        Py_ssize_t s = encode_string(e, &run);
+        Py_ssize_t s = emit_counted(e, K_STRING, &run);
         if (s < 0)
             goto done;
         if (vec_push(&kids, (int32_t)s) < 0)
@@ -1260,11 +1258,7 @@ encode_leaf(Encoder *e, PyObject *rx)
 static Py_ssize_t
 encode_kids(Encoder *e, PyObject *rx, int32_t kind)
 {
-    PyObject *items = PyObject_GetAttr(rx, e->s_items);
-    if (!items)
-        return -1;
-    PyObject *fast = PySequence_Fast(items, "Alt.items must be a sequence");
-    Py_DECREF(items);
+    PyObject *fast = fast_attr(rx, e->s_items, "Alt.items must be a sequence");
     if (!fast)
         return -1;
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -1314,10 +1308,8 @@ encode_automaton(Encoder *e, PyObject *rx)
 {
     PyObject *n_states = PyObject_GetAttr(rx, e->s_n_states);
     PyObject *start = n_states ? PyObject_GetAttr(rx, e->s_start) : NULL;
-    PyObject *edges = start ? PyObject_GetAttr(rx, e->s_edges) : NULL;
-    PyObject *accepting = edges ? PyObject_GetAttr(rx, e->s_accepting) : NULL;
-    PyObject *fe = accepting ? PySequence_Fast(edges, "Automaton.edges must be a sequence") : NULL;
-    PyObject *fa = fe ? PySequence_Fast(accepting, "Automaton.accepting must be a sequence") : NULL;
+    PyObject *fe = start ? fast_attr(rx, e->s_edges, "Automaton.edges must be a sequence") : NULL;
+    PyObject *fa = fe ? fast_attr(rx, e->s_accepting, "Automaton.accepting must be a sequence") : NULL;
     Py_ssize_t at = -1;
     Vec labels = {0};
     int32_t ns = 0, st = 0;
@@ -1367,8 +1359,6 @@ done:
     free(labels.v);
     Py_XDECREF(n_states);
     Py_XDECREF(start);
-    Py_XDECREF(edges);
-    Py_XDECREF(accepting);
     Py_XDECREF(fe);
     Py_XDECREF(fa);
     return at;
