@@ -280,7 +280,7 @@ def _substring_vocabulary(texts, longest=10):
 
 
 def _walk_result(native, chart, far, ranks, tt, *options):
-    found, beyond, steps = native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, *options)
+    found, beyond, steps, _ = native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, *options)
     return (sorted(np.frombuffer(found, np.int32).tolist()), sorted(np.frombuffer(beyond, np.int32).tolist()),
             steps)
 

@@ -1863,6 +1863,12 @@ tables_is_accepting(Tables *t, PyObject *o)
  * the exit walk: which tokens the parser accepts after the chart
  */
 
+/* A walk's work is counted in tokens looked at (by a node, a pass or a sort), a parser
+ * step counting as this many: on this project's machine a step costs about as much as
+ * reading that many tokens (measured over the JSONSchemaBench masks with Llama 3's
+ * vocabulary), so that work stands for time whatever the mix. */
+#define WALK_STEP_WORK 8
+
 typedef struct {
     Tables *t;
     Chart chart;
@@ -1871,6 +1877,9 @@ typedef struct {
     Py_ssize_t n_ranks;
     IVec found, beyond;
     long long steps;   /* parser steps taken */
+    long long work;    /* steps (weighted) and tokens looked at: see WALK_STEP_WORK */
+    long long limit;   /* stop once work passes it (-1: never) */
+    int over;          /* it did: the walk unwinds without an exception and answers None */
     int32_t *pairs;    /* lexeme_pass: the (lexeme, state) pairs of its levels */
     Py_ssize_t cap_pairs;
     Py_ssize_t *level_at;   /* lexeme_pass: where each level starts in pairs */
@@ -1937,6 +1946,7 @@ lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
 {
     Tables *t = w->t;
     int32_t kept = 0;
+    w->work += *n;
     /* level p (p = depth .. top) holds pairs[2 * level_at[p - depth] .. 2 * level_at[p - depth + 1]):
      * the scans alive after the current token's bytes depth .. p - 1; ended[p - depth]: one
      * of them accepted after a byte before p - 1 and the byte after it may follow it */
@@ -2207,6 +2217,7 @@ cached_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
     int32_t lo = prefix_start(w, rs[0], depth), hi = prefix_end(w, rs[0], depth);
     if ((int64_t)(hi - lo) > 4 * (int64_t)*n || rs[0] < lo || rs[*n - 1] >= hi)
         return lexeme_pass(w, cur, rs, n, depth);
+    w->work += *n;
     size_t words = ((size_t)(hi - lo) + 63) / 64;
     uint64_t *alive = PyMem_Calloc(2 * words + 1, sizeof(uint64_t));
     if (!alive) {
@@ -2317,6 +2328,7 @@ sort_by_byte(Walk *w, int32_t *rs, int32_t n, int depth)
         return -1;
     int32_t at[257] = {0};
     uint8_t *by = w->tmp_bytes;
+    w->work += n;
     for (int32_t x = 0; x < n; x++) {
         by[x] = w->blob[w->off[rs[x]] + depth];
         at[by[x] + 1]++;
@@ -2410,6 +2422,11 @@ fold_children(Walk *w, Children *c, int32_t *rs)
 static int
 walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
 {
+    w->work += n;   /* each token's byte here is read */
+    if (w->limit >= 0 && w->work > w->limit) {
+        w->over = 1;
+        return -1;
+    }
     Set *cur = get_set(&w->chart, chart_len(&w->chart) - 1);
     if (!cur)
         return -1;
@@ -2431,6 +2448,11 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
             w->chart.read = 0;
             Set *next;
             w->steps++;
+            w->work += WALK_STEP_WORK;
+            if (w->limit >= 0 && w->work > w->limit) {
+                w->over = 1;
+                goto done;
+            }
             if (step_core(w->t, &w->chart, b, &next, &w->sc) < 0)
                 goto done;
             int newly = !far && w->chart.read;
@@ -2518,13 +2540,16 @@ rank_array(PyObject *o, Py_ssize_t *n_out)
     return int_array(o, n_out, "ranks must be ints");
 }
 
-/* walk_exits(chart, far, ranks, blob, offsets, remember=1) -> (found, beyond, steps);
+/* walk_exits(chart, far, ranks, blob, offsets, remember=1, fold=1, limit=-1)
+ *     -> (found, beyond, steps, work) or None;
  * found and beyond as bytes of native int32 (numpy.frombuffer reads them)
  *
  * Which of the tokens `ranks` (ranks of the byte-sorted vocabulary: token r is
  * blob[offsets[r]:offsets[r + 1]]) the parser accepts after `chart` (found), and which of
  * them were decided by a step that read one of the chart positions `far` (beyond: see
- * Matcher._exit_words), with the number of parser steps taken. For tests: remember=0, no
+ * Matcher._exit_words), with the number of parser steps taken and the work done (see
+ * WALK_STEP_WORK). With limit >= 0 the walk stops once its work passes `limit` and
+ * answers None (nothing it decided is kept). For tests: remember=0, no
  * closure is remembered (Closed); remember=2, each one remembered is also made afresh
  * and compared (RuntimeError if they differ). */
 static PyObject *
@@ -2532,12 +2557,15 @@ tables_walk_exits(Tables *t, PyObject *args)
 {
     PyObject *list, *far_o, *ranks_o, *blob_o, *off_o;
     int remember = 1, fold = 1;
-    if (!PyArg_ParseTuple(args, "O!OOOO|ii", &PyList_Type, &list, &far_o, &ranks_o, &blob_o, &off_o, &remember, &fold))
+    long long limit = -1;
+    if (!PyArg_ParseTuple(args, "O!OOOO|iiL", &PyList_Type, &list, &far_o, &ranks_o, &blob_o, &off_o, &remember,
+                          &fold, &limit))
         return NULL;
     Walk w;
     memset(&w, 0, sizeof(w));
     w.t = t;
     w.fold = fold;
+    w.limit = limit < 0 ? -1 : limit;
     chart_of_list(&w.chart, t, list);
     if (!w.chart.n_list) {
         PyErr_SetString(PyExc_ValueError, "walk_exits() on an empty chart");
@@ -2591,13 +2619,18 @@ tables_walk_exits(Tables *t, PyObject *args)
                 rs[m++] = rs[i];
         n = m;
     }
-    if (walk(&w, rs, (int32_t)n, 0, 0, 0) < 0)
+    if (walk(&w, rs, (int32_t)n, 0, 0, 0) < 0) {
+        if (w.over && !PyErr_Occurred()) {
+            out = Py_None;
+            Py_INCREF(out);
+        }
         goto done;
+    }
     {
         PyObject *found = PyBytes_FromStringAndSize((const char *)w.found.a, w.found.n * (Py_ssize_t)sizeof(int32_t));
         PyObject *beyond = PyBytes_FromStringAndSize((const char *)w.beyond.a, w.beyond.n * (Py_ssize_t)sizeof(int32_t));
         if (found && beyond)
-            out = Py_BuildValue("(OOL)", found, beyond, w.steps);
+            out = Py_BuildValue("(OOLL)", found, beyond, w.steps, w.work);
         Py_XDECREF(found);
         Py_XDECREF(beyond);
     }
@@ -2948,7 +2981,7 @@ static PyMethodDef tables_methods[] = {
     {"try_texts", (PyCFunction)tables_try_texts, METH_VARARGS,
      "try_texts(chart, texts) -> bytes: 1 where the parser takes every byte of the text"},
     {"walk_exits", (PyCFunction)tables_walk_exits, METH_VARARGS,
-     "walk_exits(chart, far, ranks, blob, offsets, remember=1) -> (found, beyond, steps)"},
+     "walk_exits(chart, far, ranks, blob, offsets, remember=1, fold=1, limit=-1) -> (found, beyond, steps, work) or None"},
     {NULL}
 };
 

@@ -91,6 +91,12 @@ class MatcherConstraint:
         self.matcher.fill_bitmask(out, row)
         self.counter.count += self.vocab_size
 
+    def bounded_words(self, max_work: int):
+        """The packed mask, or what a walk bounded by ``max_work`` decided of it (see
+        :meth:`gramgen.Matcher.bounded_words`); counted as ``vocab.size`` evaluations."""
+        self.counter.count += self.vocab_size
+        return self.matcher.bounded_words(max_work)
+
     def known_mask(self):
         """The mask of this state if one was computed before (no evaluation), else None."""
         return self._masks.get(tuple(self.matcher.tokens)) if self._masks else None

@@ -39,6 +39,9 @@ class GenerationStats:
     draft_forward_passes: int = 0
     #: seconds spent computing constraint masks and checks for this sequence
     mask_seconds: float = 0.0
+    #: steps whose mask passed the sampler's work bound (``Constrained(max_mask_work=...)``)
+    #: and whose token was drawn by checking the best tokens one at a time
+    bounded_masks: int = 0
     #: wall-clock seconds of the whole call this output came from
     seconds: float = 0.0
     #: tokens this output emitted (EOS not counted), set when the call ends

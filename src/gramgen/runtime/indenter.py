@@ -423,7 +423,10 @@ class IndentedMatcher(Matcher):
     def _cache_key(self):
         return ("indented", self._chart[-1].sig, self._layouts[-1])
 
-    def _words(self) -> np.ndarray:
+    def _words(self, limit: int | None = None) -> np.ndarray:
+        """The mask, combined from the chart's masks after each indentation's markers;
+        always complete (a work ``limit`` is not applied here: partial masks of several
+        charts are not combined)."""
         cg = self._cg
         if self._terminated:
             return np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)

@@ -71,6 +71,16 @@ def _whole_number(value, what: str) -> int:
         raise ConfigurationError(f"{what} must be an int, not {type(value).__name__} ({value!r:.60})") from None
 
 
+class _WorkLimitReached(Exception):
+    """A bounded mask's exit walk passed its work limit: ``allowed`` (packed) holds the
+    tokens decided allowed so far, ``undecided`` the ranks whose fate is still open."""
+
+    def __init__(self, allowed: np.ndarray, undecided):
+        super().__init__("the mask's work limit was reached")
+        self.allowed = allowed
+        self.undecided = undecided
+
+
 def _sorted_ranks(ranks) -> np.ndarray:
     """The distinct ranks, ascending, as a read-only int64 array (cache entries share it);
     a sort and a neighbour comparison, not numpy.unique's hashing (slow for 50k ranks)."""
@@ -134,12 +144,37 @@ class Matcher:
         """bool[vocab.size]: True where the token keeps the text inside the language."""
         return bitmask.unpack(self._words(), self._cg.vocab_size).copy()
 
-    def fill_bitmask(self, bitmask_out, row: int = 0) -> None:
+    def fill_bitmask(self, bitmask_out, row: int = 0, *, max_work: int | None = None) -> bool:
         """Write the mask into row ``row`` of an int32 ``[batch, ceil(V/32)]`` array or tensor
         (more columns are zeroed); ConfigurationError for another dtype or shape, or a row
-        out of range, before the mask is computed."""
+        out of range, before the mask is computed. Returns True: the row is the exact mask.
+
+        ``max_work`` bounds the costly part of a mask, the walk of the tokens that end a
+        lexeme through the parser, in work units (a token looked at is one, a parser step
+        sixteen; a million take roughly 5-15 ms on a laptop core). When the walk would pass
+        it, it stops and this returns False: the row then holds only the tokens already
+        known to be allowed (a subset of the mask; the others may be decided one at a time
+        with :meth:`check`, as masked sampling does). None: no bound. Grammars with
+        indentation (Python's) always compute the whole mask."""
         bitmask.check_target(bitmask_out, row, (self._cg.vocab_size + 31) >> 5)
-        bitmask.write_row(bitmask_out, row, self._words())
+        words, undecided = self.bounded_words(max_work)
+        bitmask.write_row(bitmask_out, row, words)
+        return undecided is None
+
+    def bounded_words(self, max_work: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(words, None)``: the exact mask packed (uint32 words, bit i = token i), or,
+        when the exit walk would pass ``max_work`` (see :meth:`fill_bitmask`),
+        ``(allowed, undecided)``: the tokens known allowed and those whose fate is open,
+        both packed; the mask is then ``allowed`` plus the allowed ones of ``undecided``.
+        The returned arrays may be shared: do not write them."""
+        if max_work is not None:
+            max_work = _whole_number(max_work, "max_work")
+            if max_work < 0:
+                raise ConfigurationError(f"max_work must be >= 0 or None, not {max_work}")
+        try:
+            return self._words(max_work), None
+        except _WorkLimitReached as stop:
+            return stop.allowed, self._pack_ranks(stop.undecided)
 
     def _token_id(self, token_id) -> int:
         """``token_id`` as an int in ``[0, vocab_size)``; ConfigurationError otherwise (a
@@ -410,29 +445,31 @@ class Matcher:
             return b""
         return vocab.token_bytes(token_id)
 
-    def _words(self) -> np.ndarray:
+    def _words(self, limit: int | None = None) -> np.ndarray:
+        """The packed mask; with a work ``limit`` (see :meth:`fill_bitmask`) it may raise
+        :class:`_WorkLimitReached` instead (nothing partial is cached)."""
         cg = self._cg
         if self._terminated:
             return np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         cur = self._chart[-1]
         words = cg.mask_cache.get(cur.sig)
         if words is None:
-            words = self._compute_words(cur)
+            words = self._compute_words(cur, limit)
             cg.mask_cache.put(cur.sig, words)
         return words
 
-    def _compute_words(self, cur) -> np.ndarray:
+    def _compute_words(self, cur, limit: int | None = None) -> np.ndarray:
         cg = self._cg
         classes = [cg.classes.lexeme_tokens(k, q) for k, q in cur.scans]
         if cur.n_items or not cg.INSIDE_NEIGHBORS or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
-            return self._full_words(cur, classes)
+            return self._full_words(cur, classes, limit)
         found = self._inside_context(cur)
         if found is None:
-            return self._full_words(cur, classes)
+            return self._full_words(cur, classes, limit)
         context, states = found
-        words = self._neighbour_words(cur, context, states, classes)
+        words = self._neighbour_words(cur, context, states, classes, limit)
         if words is None:
-            words = self._full_words(cur, classes)
+            words = self._full_words(cur, classes, limit)
         cg.store_inside_mask(context, states, words)
         return words
 
@@ -456,7 +493,8 @@ class Matcher:
             return None
         return context, tuple(q for _, q in parts)
 
-    def _neighbour_words(self, cur, context: tuple, states: tuple, classes: list) -> np.ndarray | None:
+    def _neighbour_words(self, cur, context: tuple, states: tuple, classes: list,
+                         limit: int | None = None) -> np.ndarray | None:
         """The mask from that of a recent position with the same parser context whose
         lexeme states agree with these on every string of at most ``d`` bytes: a token
         that short is allowed at both or at neither (byte by byte the same lexemes die,
@@ -493,10 +531,10 @@ class Matcher:
         if exits is not None and exits.any():
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
-                words |= self._exit_words(cands, longer_than=best)
+                words |= self._exit_words(cands, longer_than=best, limit=limit, known=words)
         return words
 
-    def _full_words(self, cur, classes: list) -> np.ndarray:
+    def _full_words(self, cur, classes: list, limit: int | None = None) -> np.ndarray:
         """The mask from the classes of the lexeme states of ``cur`` (in the order of
         ``cur.scans``): their inside tokens, and the exit tokens the parser accepts."""
         cg = self._cg
@@ -507,15 +545,16 @@ class Matcher:
             words |= lt.inside
             if lt.n_exits:
                 exits = lt.exits.copy() if exits is None else np.bitwise_or(exits, lt.exits, out=exits)
+        if self._tables.is_accepting(cur):
+            bitmask.set_bits(words, cg.eos_ids)
         if exits is not None:
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
-                words |= self._exit_words(cands)
-        if self._tables.is_accepting(cur):
-            bitmask.set_bits(words, cg.eos_ids)
+                words |= self._exit_words(cands, limit=limit, known=words)
         return words
 
-    def _exit_words(self, cands: np.ndarray, longer_than: int | None = None) -> np.ndarray:
+    def _exit_words(self, cands: np.ndarray, longer_than: int | None = None, limit: int | None = None,
+                    known: np.ndarray | None = None) -> np.ndarray:
         """Packed mask of the exit tokens the parser accepts from here.
 
         Most exit tokens only look a few parser levels up (``",`` closes a string and a
@@ -530,6 +569,10 @@ class Matcher:
         the current lexemes already looks beyond it decides nothing and is skipped without
         a walk. ``longer_than``: ``cands`` are only the exit tokens longer than that many
         bytes (part of the cache key: an entry is for one candidate set).
+
+        ``limit``: the walk's work limit; past it :class:`_WorkLimitReached` is raised with
+        ``known`` (the tokens the caller decided allowed) and what the cached horizons
+        decided, and the ranks still open (only the native walk counts work).
         """
         cg = self._cg
         chart = self._chart
@@ -552,7 +595,10 @@ class Matcher:
                     far = native.horizon(chart, j, depth)
                     reaches = any(native.complete_closure(chart, k, list(origins), far) for k, origins in exiting)
                     if reaches:
-                        found, beyond = self._native_walk(chart, far, ranks)
+                        walked = self._native_walk(chart, far, ranks, limit)
+                        if walked is None:
+                            raise _WorkLimitReached(out if known is None else out | known, ranks)
+                        found, beyond = walked
                 else:
                     view, reads = tracked_view(chart, j, depth)
                     try:
@@ -581,7 +627,10 @@ class Matcher:
             if depth >= 3 and len(ranks) <= _FEW:
                 break  # a few tokens that look far up (`"}]}`): walking them once is cheaper
         if self._tables.native is not None:
-            found, _ = self._native_walk(chart, [], ranks)
+            walked = self._native_walk(chart, [], ranks, limit)
+            if walked is None:
+                raise _WorkLimitReached(out if known is None else out | known, ranks)
+            found = walked[0]
         else:
             found, _ = self._walk_exits(list(chart), ranks, HorizonReads())
         return out | self._pack_ranks(found)
@@ -592,14 +641,18 @@ class Matcher:
         bitmask.set_bits(out, ranks, cg.token_table.rank_to_id)
         return out
 
-    def _native_walk(self, chart: list, far: list[int], ranks) -> tuple[np.ndarray, np.ndarray]:
+    def _native_walk(self, chart: list, far: list[int], ranks,
+                     limit: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`_walk_exits` in C, byte by byte over the trie (no jump plans; it caches
         the passes of big groups itself), on the chart's sets (the walk stacks its own on
         them), told which chart positions lie beyond the horizon (``far``); found and
-        beyond as int32 arrays."""
+        beyond as int32 arrays; None when its work passed ``limit``."""
         tt = self._cg.token_table
-        found, beyond, _ = self._tables.native.walk_exits(chart, far, ranks, tt.blob, tt.offsets)
-        return np.frombuffer(found, dtype=np.int32), np.frombuffer(beyond, dtype=np.int32)
+        walked = self._tables.native.walk_exits(chart, far, ranks, tt.blob, tt.offsets, 1, 1,
+                                                -1 if limit is None else limit)
+        if walked is None:
+            return None
+        return np.frombuffer(walked[0], dtype=np.int32), np.frombuffer(walked[1], dtype=np.int32)
 
     def _walk_exits(self, chart: list, ranks, reads: HorizonReads) -> tuple[list[int], list[int]]:
         """Which of these tokens (byte-sorted ranks) the parser accepts after ``chart`` (a

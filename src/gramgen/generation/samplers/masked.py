@@ -13,11 +13,23 @@ would draw from there; a draft ``x`` drawn from ``q`` is kept with probability
 ``min(1, p'(x) / q(x))`` (``p'(x)`` for a point-mass draft), and the first rejected one is
 replaced by a draw from ``max(0, p' - q)`` renormalised (``p'`` without ``x``), which is
 exactly ``p'`` overall (Leviathan et al., 2023). Greedy keeps a draft iff it is the argmax.
+
+With ``max_mask_work`` the mask's costly part (the parser walk of the tokens that end a
+lexeme) is bounded. Past the bound the step draws without the full mask, from the same
+distribution: the tokens are visited best first, by score for greedy and ``top_k``, by
+score / temperature plus Gumbel noise for plain sampling (the first allowed token in that
+order is a draw from the masked distribution: the Gumbel-max trick), each one looked up in
+what the bounded mask decided and checked alone (:meth:`Matcher.check`) only when the mask
+left it open; ``top_k`` draws among the first ``k`` allowed. ``top_p`` needs the allowed
+tokens' total mass, so it completes the mask; so does a step that needs more than
+:data:`MAX_OPEN_CHECKS` checks or visits thousands of tokens, or that meets tokens of
+probability 0 before an allowed one.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -29,7 +41,16 @@ from ...errors import ConfigurationError
 from ..constraint import fill_bitmask
 from ..loop import Choice, Draft, Sequence
 
-__all__ = ["Constrained", "MaskedSampler", "check_sampling_arguments", "mask_row", "single_allowed", "warp"]
+__all__ = ["Constrained", "MAX_OPEN_CHECKS", "MaskedSampler", "check_sampling_arguments", "mask_row",
+           "single_allowed", "warp"]
+
+#: a step past the mask's work bound checks at most this many tokens one by one before it
+#: completes the mask instead (the allowed tokens then hold little of the model's mass)
+MAX_OPEN_CHECKS = 256
+#: tokens taken per round, best first, when a step visits them without the full mask, and
+#: the most it visits before completing the mask instead
+_VISIT_CHUNK = 64
+_MAX_VISITS = 4096
 
 
 @dataclass(frozen=True)
@@ -37,15 +58,27 @@ class Constrained:
     """Masked sampling. ``temperature=0`` is greedy; otherwise the masked logits are
     divided by ``temperature``, cut to the ``top_k`` most likely tokens and to the
     smallest set holding ``top_p`` of the mass, then sampled. ``jump_forward``: emit
-    tokens the constraint forces without a draw (exact; saves forward passes)."""
+    tokens the constraint forces without a draw (exact; saves forward passes).
+
+    ``max_mask_work``: bound each mask's parser walk to this much work (see
+    :meth:`gramgen.Matcher.fill_bitmask`); a step past it draws its token by checking the
+    best tokens one at a time, from the same distribution (see the module docstring), and
+    is counted in ``stats.bounded_masks``. Its log-probability is then exact with
+    ``top_k``; otherwise the allowed tokens' total mass is unknown and the token's
+    log-probability before masking (a lower bound) is added instead. Such a step emits
+    no forced token without a draw. None (default): every mask is complete."""
 
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
     jump_forward: bool = True
+    max_mask_work: int | None = None
 
     def __post_init__(self) -> None:
         check_sampling_arguments(self.temperature, self.top_k, self.top_p, None)
+        work = self.max_mask_work
+        if work is not None and (isinstance(work, bool) or not isinstance(work, Integral) or work < 0):
+            raise ConfigurationError(f"max_mask_work must be an int >= 0 or None, not {work!r}")
 
 
 def check_sampling_arguments(temperature, top_k, top_p, num_particles) -> None:
@@ -119,6 +152,24 @@ def _aligned(q, p):
     return out
 
 
+@dataclass
+class _Open:
+    """A step's mask left open by the work bound: the tokens known ``allowed`` and those
+    ``undecided`` (packed rows; the mask is ``allowed`` plus the allowed undecided ones)."""
+
+    allowed: np.ndarray
+    undecided: np.ndarray
+
+    def fate(self, token: int) -> bool | None:
+        """True: allowed; False: not; None: ask the constraint."""
+        w, bit = token >> 5, 1 << (token & 31)
+        if w >= self.allowed.shape[0]:
+            return False
+        if int(self.allowed[w]) & bit:
+            return True
+        return None if int(self.undecided[w]) & bit else False
+
+
 class MaskedSampler:
     """The step strategy of :class:`Constrained` (see the module docstring)."""
 
@@ -134,8 +185,18 @@ class MaskedSampler:
         if seq.constraint is None:
             return
         words = np.zeros((1, self.n_words), dtype=np.int32)
+        bound = self.options.max_mask_work
+        bounded = getattr(seq.constraint, "bounded_words", None) if bound is not None else None
         while True:
-            fill_bitmask(seq.constraint, words, 0)
+            if bounded is not None:
+                allowed, undecided = bounded(bound)
+                if undecided is not None:
+                    seq.state = _Open(allowed, undecided)
+                    seq.stats.bounded_masks += 1
+                    return
+                words[0] = allowed.view(np.int32)
+            else:
+                fill_bitmask(seq.constraint, words, 0)
             single = single_allowed(words[0])
             if single == -1:
                 seq.finish = "dead_end"
@@ -173,6 +234,9 @@ class MaskedSampler:
         accepted: list[int] = []
         logprob = 0.0
         words = np.zeros((1, self.n_words), dtype=np.int32)
+        done = self._complete(seq)   # (a mask left open: the draft is verified on the full one)
+        if done is not None:
+            return done
         fork = None
         for j in range(len(draft) + 1):
             if j == 0 or seq.constraint is None:
@@ -268,7 +332,115 @@ class MaskedSampler:
 
         return int(torch.multinomial(weights / weights.sum(), 1, generator=self.generator(weights.device))[0])
 
+    def _complete(self, seq: Sequence) -> Choice | None:
+        """Replace an open state by the full mask (the work bound given up for this step).
+        Where that allows one token, nothing but EOS, or nothing, the choice prepare would
+        have made without a draw (so a seed draws the same tokens as without the bound)."""
+        if not isinstance(seq.state, _Open):
+            return None
+        t0 = time.perf_counter()
+        words = np.zeros((1, self.n_words), dtype=np.int32)
+        fill_bitmask(seq.constraint, words, 0)
+        seq.state = words[0]
+        seq.stats.mask_seconds += time.perf_counter() - t0
+        single = single_allowed(seq.state)
+        if single == -1:
+            return Choice(None)
+        if single in self.eos:
+            return Choice(None, finish="grammar")
+        if single is not None and self.options.jump_forward:
+            return Choice(single)
+        return None
+
     def _choose(self, seqs: list[Sequence], logits) -> list[Choice]:
+        opened = [b for b, seq in enumerate(seqs) if isinstance(seq.state, _Open)]
+        if not opened:
+            return self._choose_masked(seqs, logits)
+        out: list[Choice | None] = [None] * len(seqs)
+        for b in opened:
+            t0 = time.perf_counter()
+            out[b] = self._choose_open(seqs[b], logits[b])
+            seqs[b].stats.mask_seconds += time.perf_counter() - t0
+        rest = []
+        for b in range(len(seqs)):
+            if out[b] is None:
+                out[b] = self._complete(seqs[b])
+                if out[b] is None:
+                    rest.append(b)
+        if rest:
+            for b, choice in zip(rest, self._choose_masked([seqs[b] for b in rest], logits[rest])):
+                out[b] = choice
+        return out
+
+    def _choose_open(self, seq: Sequence, row) -> Choice | None:
+        """The choice for a sequence whose mask was left open, by visiting tokens best
+        first (see the module docstring); None: give up, complete the mask."""
+        import torch
+
+        opts = self.options
+        if opts.top_p is not None and opts.top_p < 1.0:
+            return None
+        open_: _Open = seq.state
+        constraint = seq.constraint
+        width = min(row.shape[-1], self.n_words * 32)
+        scores = row[:width].float()
+        greedy = opts.temperature == 0
+        if greedy or opts.top_k is not None:
+            keys = scores
+        else:
+            u = torch.rand(scores.shape, generator=self.generator(scores.device), device=scores.device)
+            gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))
+            keys = scores / opts.temperature + gumbel
+        want = 1 if opts.top_k is None else opts.top_k
+        picked: list[int] = []
+        last = None   # the key of the last token picked: ties with it are taken too
+        checks = 0
+        hi = math.inf   # the tokens with a key above hi were visited
+        k = 0
+        while len(picked) < want:
+            if k >= _MAX_VISITS:
+                return None
+            k = min(width, max(_VISIT_CHUNK, 4 * k))
+            vals, idx = torch.topk(keys, k)
+            full = k == width
+            low = -math.inf if full else float(vals[-1])
+            # a key equal to the chunk's lowest may recur outside it: those wait for the
+            # next, bigger chunk, so every token is visited once, by key then id
+            batch = sorted((-v, t) for v, t in zip(vals.tolist(), idx.tolist()) if v <= hi and (full or v > low))
+            for neg, token in batch:
+                key = -neg
+                if key == -math.inf or (len(picked) >= want and key != last):
+                    break
+                fate = open_.fate(token)
+                if fate is None:
+                    checks += 1
+                    if checks > MAX_OPEN_CHECKS:
+                        return None
+                    fate = constraint.check(token)
+                if fate:
+                    picked.append(token)
+                    last = key
+            else:
+                if not full:
+                    hi = low
+                    continue
+            break
+        if not picked:
+            return None
+        if greedy:
+            token = picked[0]
+            logp = torch.log_softmax(scores, dim=-1)
+            return Choice(token, float(logp[token]))
+        if opts.top_k is None:
+            token = picked[0]   # the Gumbel-max draw
+            logp = torch.log_softmax(scores / opts.temperature, dim=-1)
+            return Choice(token, float(logp[token]))
+        chosen = torch.tensor(picked, device=scores.device)
+        logp = torch.log_softmax(scores[chosen] / opts.temperature, dim=-1)
+        j = int(torch.multinomial(logp.exp(), 1, generator=self.generator(scores.device))[0])
+        return Choice(picked[j], float(logp[j]))
+
+    def _choose_masked(self, seqs: list[Sequence], logits) -> list[Choice]:
         import torch
 
         width = logits.shape[-1]
