@@ -236,3 +236,26 @@ def test_lark_labels_samples_with_lark_itself():
     assert lark_label(calc, "start", Text("b", "1 +"), ROOT).expect is False
     indented = "start: _INDENT 'x'\n%declare _INDENT\n"
     assert lark_label(indented, "start", Text("c", "x"), ROOT).expect is None  # needs a postlexer
+
+
+def test_why_slow_replays_the_slowest_mask_of_a_run(tmp_path, capsys):
+    """bench.why_slow finds the run's slowest gramgen mask, replays the case up to that
+    step and prints its parts: here the third mask of a quick-sample schema's first valid
+    instance, with gpt2's vocabulary."""
+    from bench import why_slow
+    from bench.workloads import QUICK, load_jsonschema
+
+    case = load_jsonschema(QUICK, 0).cases[0]
+    text = next(t for t in case.texts if t.expect)
+    run = _run("gramgen", [_case(case.id, texts=[_text(text.id, mask_ns=(1000, 2000, 9000, 3000))])],
+               tokenizer="gpt2")
+    meta = {"command": "python -m bench --workloads jsonschema --tokenizers gpt2", "versions": {}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"meta": meta, "runs": [run]}))
+    assert why_slow.main(["--results", str(path), "-n", "1", "--max-work", "0"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 9 |")]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[8] == case.id and cells[9] == "2"
+    replay, classify, walk = (float(cells[i].split()[0].replace(",", "")) for i in (1, 2, 3))
+    assert replay >= classify + walk >= 0
