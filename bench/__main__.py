@@ -105,11 +105,36 @@ class _RssPeak:
         return False
 
 
+class _GCPauses:
+    """Nanoseconds the cyclic garbage collector has run in this process (a gc callback),
+    so each timed mask can say how much of it was a collection."""
+
+    def __init__(self):
+        self.ns = 0
+        self._start = 0
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase, info):
+        if phase == "start":
+            self._start = time.perf_counter_ns()
+        else:
+            self.ns += time.perf_counter_ns() - self._start
+
+
+_gc_pauses: _GCPauses | None = None
+
+
 def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None, timed: bool = True) -> dict:
     """Walk one text: time mask() alone at every step, then advance with the text's token.
     Stops at the first rejected token, or when the text's time budget is spent (then
     `truncated` is set and the verdict is unknown).  `timed=False` (invalid instances):
-    advance only, no masks; the mask latency figures come from valid texts."""
+    advance only, no masks; the mask latency figures come from valid texts. `mask_gc_ns`:
+    {step: ns} for the masks during which the garbage collector ran (its pause included in
+    mask_ns)."""
+    global _gc_pauses
+    if _gc_pauses is None:
+        _gc_pauses = _GCPauses()
+    pauses = _gc_pauses
     pc = time.perf_counter_ns
     t0 = pc()
     deadline = t0 + int(budget_s * 1e9) if budget_s else None
@@ -120,6 +145,7 @@ def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None, time
     allowed, advance, after = adapter.allowed, adapter.advance, adapter.after_mask
     bm = m.bitmask.view(np.uint32)
     mask_ns: list[int] = []
+    mask_gc_ns: dict[str, int] = {}
     adv_ns: list[int] = []
     allowed_counts: list[int] = []  # popcount of each mask, to compare libraries
     inconsistent: list[int] = []  # steps where the mask bit and advance() disagree
@@ -127,10 +153,13 @@ def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None, time
     for step, tok in enumerate(ids):
         bit = None
         if timed:
+            before = pauses.ns
             a = pc()
             mask()
             b = pc()
             mask_ns.append(b - a)
+            if pauses.ns != before:
+                mask_gc_ns[str(step)] = pauses.ns - before
             after(m)
             allowed_counts.append(int(np.bitwise_count(bm).sum()))
             bit = allowed(m, tok)
@@ -156,6 +185,7 @@ def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None, time
         "n_inconsistent": len(inconsistent),
         "matcher_ns": matcher_ns,
         "mask_ns": mask_ns,
+        "mask_gc_ns": mask_gc_ns,
         "advance_ns": adv_ns,
         "allowed_counts": allowed_counts,
     }

@@ -49,6 +49,17 @@ def slowest_masks(run: dict, n: int = 5) -> list[tuple[float, str, str, int]]:
     return heapq.nlargest(n, found, key=lambda x: x[0])
 
 
+def mask_gc_us(run: dict, case: str, text: str, step: int) -> float | None:
+    """µs the garbage collector ran during that mask (None: the run did not record it)."""
+    for c in cases(run):
+        if c.get("id") == case:
+            for t in c.get("texts", []):
+                if t.get("id") == text:
+                    gc_ns = t.get("mask_gc_ns")
+                    return None if gc_ns is None else gc_ns.get(str(step), 0) / 1e3
+    return None
+
+
 def _mb(b):
     return None if b is None else b / 2**20
 
@@ -301,19 +312,22 @@ def slowest_section(results: dict) -> list[str]:
     """The report's lines listing each library's five slowest masks per workload and tokenizer."""
     L = ["## Slowest masks\n",
          "Per workload and tokenizer, each library's five slowest masks: where they fell "
-         "(case, text, step = the index of the token the mask was computed before). "
-         "Why gramgen's are slow is discussed in `docs/benchmarks.md` (Known costs).\n"]
+         "(case, text, step = the index of the token the mask was computed before), and how "
+         "much of it the garbage collector ran (gc µs). `python -m bench.why_slow` replays "
+         "gramgen's and times their parts; see `docs/benchmarks.md` (Known costs).\n"]
     for (w, tk), runs in _groups(results).items():
         rows = [(lib, slowest_masks(r)) for lib, r in runs.items() if r["status"] in RAN]
         rows = [(lib, worst) for lib, worst in rows if worst]
         if not rows:
             continue
         L.append(f"### {w} × {tk}\n")
-        L.append("| library | mask µs | case | text | step |")
-        L.append("|---|---|---|---|---|")
+        L.append("| library | mask µs | gc µs | case | text | step |")
+        L.append("|---|---|---|---|---|---|")
         for lib, worst in rows:
             for us, case, text, step in worst:
-                L.append(f"| {lib} | {us:,.0f} | {_clean(case)} | {_clean(text)} | {step} |")
+                gc_us = mask_gc_us(runs[lib], case, text, step)
+                gc_cell = "—" if gc_us is None else f"{gc_us:,.0f}"
+                L.append(f"| {lib} | {us:,.0f} | {gc_cell} | {_clean(case)} | {_clean(text)} | {step} |")
         L.append("")
     return L
 

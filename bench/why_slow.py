@@ -15,6 +15,9 @@ parts timed:
   and parser steps;
 * **rest**: signatures, caches, bit operations in Python.
 
+The run's own time for the mask and the garbage collector's share of it (when the run
+recorded it) come first.
+
 With ``--max-work`` the same mask is also computed with that bound on a fresh replay, and
 its time is shown (what ``Constrained(max_mask_work=...)`` would spend before drawing by
 single-token checks). Timings come from this process, not the run: a replayed mask can be
@@ -141,7 +144,7 @@ def main(argv=None) -> int:
 
     import gramgen
     from bench.__main__ import _tokenizer_path
-    from bench.report import cases, slowest_masks
+    from bench.report import cases, mask_gc_us, slowest_masks
     from bench.workloads import load
     from gramgen._lru import clear_all
     from gramgen.automata import bitmask
@@ -173,7 +176,7 @@ def main(argv=None) -> int:
 
     print(f"# gramgen's slowest masks: {opts.workload} × {run['tokenizer']} "
           f"({results['meta']['command'].strip()}, gramgen {results['meta']['versions'].get('gramgen_git', '?')})\n")
-    head = "| run µs | replay µs | classify µs (new states) | walk µs | walk work | steps | rest µs |"
+    head = "| run µs | run gc µs | replay µs | classify µs (new states) | walk µs | walk work | steps | rest µs |"
     head += " bounded µs |" if opts.max_work is not None else ""
     print(head + " case | step | text before the step |")
     print("|" + "---|" * (head.count("|") + 2))
@@ -192,7 +195,8 @@ def main(argv=None) -> int:
             m.fill_bitmask(row)
             total = time.perf_counter() - t0
         rest = total - parts.classify_s - parts.walk_s
-        cells = [f"{us:,.0f}", f"{total * 1e6:,.0f}", f"{parts.classify_s * 1e6:,.0f} ({parts.classified})",
+        gc_us = mask_gc_us(run, case_id, text_id, step)
+        cells = [f"{us:,.0f}", "—" if gc_us is None else f"{gc_us:,.0f}", f"{total * 1e6:,.0f}", f"{parts.classify_s * 1e6:,.0f} ({parts.classified})",
                  f"{parts.walk_s * 1e6:,.0f}", f"{parts.work:,}", f"{parts.steps:,}", f"{rest * 1e6:,.0f}"]
         if opts.max_work is not None:
             _, m2 = _replay(cg_of, case, order, ids_of, text_id, step)

@@ -4,9 +4,11 @@ library, but its numbers are what performance changes are judged by)."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -95,7 +97,11 @@ def test_slowest_masks_name_case_text_and_step():
     ])
     assert report.slowest_masks(run, 3) == [(9.0, "a", "a#0", 1), (7.0, "b", "b#0", 0), (4.0, "a", "a#1", 0)]
     md = "\n".join(report.slowest_section({"runs": [run]}))
-    assert "## Slowest masks" in md and "| gramgen | 9 | a | a#0 | 1 |" in md
+    assert "## Slowest masks" in md and "| gramgen | 9 | — | a | a#0 | 1 |" in md   # (no gc recorded)
+    run["cases"][0]["texts"][0]["mask_gc_ns"] = {"1": 6000}
+    run["cases"][1]["texts"][0]["mask_gc_ns"] = {}
+    md = "\n".join(report.slowest_section({"runs": [run]}))
+    assert "| gramgen | 9 | 6 | a | a#0 | 1 |" in md and "| gramgen | 7 | 0 | b | b#0 | 0 |" in md
 
 
 def test_disagreements_list_which_library_agrees_with_jsonschema():
@@ -211,6 +217,52 @@ def test_adapter_verdicts_on_a_tiny_grammar(lib):
             a.compile(a.grammar_for({"kind": "gbnf", "source": "root ::= (", "start": "root", "path": "x"}, "gbnf"))
 
 
+class _CollectingAdapter:
+    """A stand-in library whose mask runs a garbage collection at the given steps."""
+
+    def __init__(self, collect_at):
+        self.collect_at = set(collect_at)
+
+    def matcher(self, compiled):
+        return types.SimpleNamespace(bitmask=np.zeros((1, 1), dtype=np.int32), step=0)
+
+    def mask_callable(self, m):
+        def mask():
+            if m.step in self.collect_at:
+                gc.collect()
+        return mask
+
+    def allowed(self, m, tok):
+        return True
+
+    def advance(self, m, tok):
+        m.step += 1
+        return True
+
+    def after_mask(self, m):
+        pass
+
+    def accepting(self, m):
+        return True
+
+
+def test_walk_records_collections_inside_masks():
+    """mask_gc_ns names the steps whose mask a garbage collection ran in, with its pause
+    (part of that mask's time); automatic collections are off here, so no other step has
+    one."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        walked = _walk(_CollectingAdapter({1, 3}), None, [5, 6, 7, 8, 9])
+        quiet = _walk(_CollectingAdapter(()), None, [5, 6, 7])
+    finally:
+        if enabled:
+            gc.enable()
+    assert set(walked["mask_gc_ns"]) == {"1", "3"}
+    assert all(0 < ns <= walked["mask_ns"][int(step)] for step, ns in walked["mask_gc_ns"].items())
+    assert quiet["mask_gc_ns"] == {} and len(quiet["mask_ns"]) == 3
+
+
 def test_outlines_adapter_on_a_tiny_schema():
     if importlib.util.find_spec("outlines_core") is None:
         pytest.skip("outlines-core is not installed (pip install -e .[bench])")
@@ -256,6 +308,6 @@ def test_why_slow_replays_the_slowest_mask_of_a_run(tmp_path, capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 9 |")]
     assert len(rows) == 1
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert cells[8] == case.id and cells[9] == "2"
-    replay, classify, walk = (float(cells[i].split()[0].replace(",", "")) for i in (1, 2, 3))
+    assert cells[1] == "—" and cells[9] == case.id and cells[10] == "2"
+    replay, classify, walk = (float(cells[i].split()[0].replace(",", "")) for i in (2, 3, 4))
     assert replay >= classify + walk >= 0
