@@ -202,6 +202,44 @@ def test_native_masks_equal_python_masks(name, tokenizer, monkeypatch):
             b.advance(t)
 
 
+# a string value of 297 characters (3 short of a maxLength of 300: the last of its blocks
+# has 44 characters of room) and a short one with escapes
+LONG_VALUE = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 "
+              "Safari/537.36 Edg/120.0 — é 日本 " + "and some plain words to fill the blocks " * 6)[:297]
+LONG_TEXT = '{"s": "' + LONG_VALUE + '", "t": "quote \\" and \\\\ escapes"}'
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
+@pytest.mark.parametrize("max_length", [300, 5000])
+def test_native_masks_equal_python_masks_along_long_strings(tokenizer, max_length, monkeypatch):
+    """Strings longer than one lexeme (64-character blocks counted by rules, or, past
+    1,000, by a loop): near a block's end most tokens cross it, and the native walk lets the
+    rests of plain characters through at a glance (a state's plain chain, as long as the
+    room left: the last block of a maxLength of 300 holds 44); its masks equal the Python
+    implementation's at every step of a text with ASCII and multi-byte characters that ends
+    3 characters short of that maxLength, and a second string with escapes."""
+    from conftest import vocabulary
+
+    vocab = vocabulary(tokenizer)
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": max_length},
+                                               "t": {"type": "string", "maxLength": 40}}}
+    monkeypatch.setattr(earley, "NATIVE", True)
+    native = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="flexible"), vocab)
+    monkeypatch.setattr(earley, "NATIVE", False)
+    python = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace="flexible"), vocab)
+    monkeypatch.undo()
+    assert native.tables.native is not None and python.tables.native is None
+    from conftest import hf_tokenizer
+
+    ids = hf_tokenizer(tokenizer).encode(LONG_TEXT, add_special_tokens=False)
+    a, b = native.matcher(), python.matcher()
+    for t in ids:
+        assert (a.mask() == b.mask()).all(), a.text_bytes()
+        a.advance(t)
+        b.advance(t)
+    assert a.is_accepting()
+
+
 def test_sets_of_another_grammar_are_refused():
     json_tab, _ = _pair("json")
     sql_tab, _ = _pair("sql")

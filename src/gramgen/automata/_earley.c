@@ -234,12 +234,22 @@ ptab_insert(PtrTable *t, void *e)
  * the tables
  */
 
+/* A plain chain of lexeme k from state q: the bytes `plain` that all lead from q to one
+ * state, and from it to one state again, and so on for `room` steps (a string body: its
+ * plain characters loop on one state, or count along a chain in a counted string). A rest
+ * of at most `room` plain bytes keeps the lexeme alive to its end, whatever the bytes. */
+typedef struct {
+    uint8_t plain[256];
+    int32_t room;
+} Chain;
+
 typedef struct {
     int32_t n_states;
     const int32_t *trans;   /* [n_states * 256]: next state or -1 */
     const uint8_t *accept;  /* [n_states] */
     uint64_t *first;        /* [n_states * 4]: bytes defined from each state, lazily */
     uint8_t *first_known;   /* [n_states] */
+    Chain **chains;         /* [n_states]: each state's plain chain, made on first use */
 } Lex;
 
 typedef struct {
@@ -338,6 +348,11 @@ tables_dealloc(Tables *t)
         for (int32_t k = 0; k < t->n_lex; k++) {
             PyMem_Free(t->lex[k].first);
             PyMem_Free(t->lex[k].first_known);
+            if (t->lex[k].chains) {
+                for (int32_t q = 0; q < t->lex[k].n_states; q++)
+                    PyMem_Free(t->lex[k].chains[q]);
+                PyMem_Free(t->lex[k].chains);
+            }
         }
         PyMem_Free(t->lex);
     }
@@ -1941,12 +1956,95 @@ resume_level(const uint8_t *data, int32_t len, const uint8_t *prev, int32_t dept
     return lcp;
 }
 
+#define CHAIN_ROOM_MAX 4096
+
+static void
+plain_chain(const Tables *t, int32_t k, int32_t q, Chain *ch)
+{
+    const Lex *L = &t->lex[k];
+    const int32_t *row = L->trans + 256 * (size_t)q;
+    /* the target most printable ASCII bytes go to */
+    int32_t best = -1, best_n = 0;
+    for (int b = 0x20; b < 0x7f; b++) {
+        int32_t to = row[b];
+        if (to < 0 || to == best)
+            continue;
+        int32_t n = 0;
+        for (int c = 0x20; c < 0x7f; c++)
+            n += row[c] == to;
+        if (n > best_n) {
+            best = to;
+            best_n = n;
+        }
+    }
+    ch->room = 0;
+    memset(ch->plain, 0, 256);
+    if (best < 0 || best_n < 8)
+        return;
+    for (int b = 0; b < 256; b++)
+        ch->plain[b] = row[b] == best;
+    int32_t at = best, room = 1;
+    while (room < CHAIN_ROOM_MAX) {
+        const int32_t *r = L->trans + 256 * (size_t)at;
+        int32_t to = -2;
+        for (int b = 0; b < 256 && to != -1; b++)
+            if (ch->plain[b]) {
+                if (to == -2)
+                    to = r[b];
+                else if (r[b] != to)
+                    to = -1;
+            }
+        if (to < 0)
+            break;
+        if (to == at) {   /* a loop: any number of plain bytes */
+            room = CHAIN_ROOM_MAX;
+            break;
+        }
+        at = to;
+        room++;
+    }
+    ch->room = room;
+}
+
+/* the plain chain of lexeme k's state q, made on first use (NULL: out of memory) */
+static const Chain *
+state_chain(Tables *t, int32_t k, int32_t q)
+{
+    Lex *L = &t->lex[k];
+    if (!L->chains && !(L->chains = PyMem_Calloc((size_t)(L->n_states ? L->n_states : 1), sizeof(Chain *)))) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (!L->chains[q]) {
+        Chain *ch = PyMem_Malloc(sizeof(Chain));
+        if (!ch) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        plain_chain(t, k, q, ch);
+        L->chains[q] = ch;
+    }
+    return L->chains[q];
+}
+
 static int
 lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
 {
     Tables *t = w->t;
     int32_t kept = 0;
     w->work += *n;
+    /* with many tokens, those whose rest is plain bytes for one scan's chain are allowed at
+     * a glance (a byte table read per byte); the others go through the levels below */
+    const Chain *chains[4];
+    int n_chains = 0;
+    if (*n >= 64)
+        for (int32_t i = 0; i < cur->n_scans && n_chains < 4; i++) {
+            const Chain *ch = state_chain(t, cur->scans[i].lexeme, cur->scans[i].state);
+            if (!ch)
+                return -1;
+            if (ch->room > 0)
+                chains[n_chains++] = ch;
+        }
     /* level p (p = depth .. top) holds pairs[2 * level_at[p - depth] .. 2 * level_at[p - depth + 1]):
      * the scans alive after the current token's bytes depth .. p - 1; ended[p - depth]: one
      * of them accepted after a byte before p - 1 and the byte after it may follow it */
@@ -1969,6 +2067,22 @@ lexeme_pass(Walk *w, Set *cur, int32_t *rs, int32_t *n, int depth)
             if (ivec_push(&w->found, r) < 0)
                 return -1;
             continue;
+        }
+        if (n_chains) {
+            int plain = 0;
+            for (int c = 0; c < n_chains && !plain; c++) {
+                if (len - depth > chains[c]->room)
+                    continue;
+                int32_t i = depth;
+                while (i < len && chains[c]->plain[data[i]])
+                    i++;
+                plain = i == len;
+            }
+            if (plain) {
+                if (ivec_push(&w->found, r) < 0)
+                    return -1;
+                continue;
+            }
         }
         top = resume_level(data, len, prev, depth, top);
         prev = data;
