@@ -113,3 +113,49 @@ def test_mask_cache_size_bounds_the_masks_kept():
         m1.advance(b)
         m2.advance(b)
     assert len(small.mask_cache) == 3 and len(large.mask_cache) > 3
+
+
+def test_compiling_leaves_no_reference_cycles():
+    """What a compile (and a first mask) makes and drops is freed by reference counting:
+    no cycle is left for the garbage collector, whose full collections would otherwise
+    walk it later, maybe inside a mask. JSON Schema (with $ref, formats, bounds), GBNF
+    and regex grammars; lark's own grammar parser (ast.literal_eval's closures) is not
+    ours and not checked here."""
+    import gc
+
+    from conftest import vocabulary
+
+    vocab = vocabulary("gpt2")
+    makes = [
+        lambda: gramgen.Grammar.from_json_schema({
+            "type": "object",
+            "properties": {"a": {"type": "string", "format": "date-time"},
+                           "b": {"type": "integer", "minimum": 3, "multipleOf": 5},
+                           "c": {"$ref": "#/$defs/x"}, "d": {"type": "string", "pattern": "^[a-zé]{2,9}$"}},
+            "$defs": {"x": {"anyOf": [{"enum": ["p", "q"]}, {"type": "array", "items": {"$ref": "#/$defs/x"}}]}}},
+            whitespace="flexible"),
+        lambda: gramgen.Grammar.from_gbnf('root ::= "a" [b-z]{2,5} x\nx ::= "é" | "日本" | x "!"'),
+        lambda: gramgen.Grammar.from_regex(r"[a-zα-ω]{3,40}@(x|y)+\d{2,3}"),
+    ]
+
+    def compile_and_drop(make):
+        cg = gramgen.compile(make(), vocab)
+        m = cg.matcher()
+        m.mask()
+        m.advance(int(m.mask().nonzero()[0][0]))
+        m.mask()
+
+    for make in makes:   # (first calls: module-level caches fill)
+        compile_and_drop(make)
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        found = []
+        for make in makes:
+            compile_and_drop(make)
+            found.append(gc.collect())
+    finally:
+        if enabled:
+            gc.enable()
+    assert found == [0, 0, 0]

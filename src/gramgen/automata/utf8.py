@@ -112,6 +112,7 @@ def utf8_automaton(ranges: Ranges) -> tuple[tuple[Edge, ...], ...]:
         if rel:
             start.extend(split(rel, 64 ** (length - 1), marker, length - 1))
     states[0] = tuple(start)
+    split = state_for = None   # the two closures refer to each other: no cycle left behind
     return tuple(states)
 
 

@@ -1946,6 +1946,9 @@ def json_schema_to_ir(schema: Any, **options: Any) -> GrammarIR:
             return compiler.build()
         finally:
             compiler._warn_unknown()
+            # the resolver calls back into the compiler: without that cycle, what the
+            # build made and dropped is freed at once, not by a later garbage collection
+            compiler.resolver.on_document = None
     except RecursionError:
         raise CompileLimitError("the schema nests too deeply to compile") from None
     finally:
