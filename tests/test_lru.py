@@ -69,3 +69,23 @@ def test_threads_share_one_bound():
         t.join()
     assert not errors and len(cache) == 64
     assert all(cache.peek(k) == k for k in range(200) if k in cache)
+
+
+def test_clear_all_empties_the_function_caches_of_compile_products():
+    """A cold compile after clear_all() builds its string character classes, pattern
+    automata and UTF-8 automata anew (the bench's compile times rely on it); the static
+    tables (Unicode categories) stay."""
+    import gramgen
+    from gramgen._lru import clear_all
+    from gramgen.automata import utf8
+    from gramgen.grammar import regex
+    from gramgen.grammar.json_schema import strings
+
+    gramgen.Grammar.from_json_schema({"type": "string", "pattern": "^[a-zé]+x$", "maxLength": 9})
+    gramgen.Grammar.from_regex("(?i)[a-zé]+ß")
+    caches = [strings._json_char, strings.pattern_dfa, utf8.utf8_automaton]
+    assert regex._simple_fold_closure.cache_info().currsize or regex._casefold_matches.cache_info().currsize
+    assert all(f.cache_info().currsize for f in caches)
+    clear_all()
+    assert [f.cache_info().currsize for f in caches] == [0, 0, 0]
+    assert regex._simple_fold_closure.cache_info().currsize == regex._casefold_matches.cache_info().currsize == 0

@@ -22,13 +22,25 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 _ALL: "weakref.WeakSet[SizedLRU]" = weakref.WeakSet()
+#: functools caches of compile products (see :func:`cleared_with_all`)
+_FUNCTION_CACHES: list = []
+
+
+def cleared_with_all(fn):
+    """Decorator for a ``functools.lru_cache`` function whose results are compile
+    products (not static tables): :func:`clear_all` empties it too."""
+    _FUNCTION_CACHES.append(fn)
+    return fn
 
 
 def clear_all() -> None:
-    """Empty every cache of this kind (the DFAs, the code-point automata): a compile
-    after this builds everything anew, as a benchmark of cold compiles needs."""
+    """Empty every cache of this kind (the DFAs, the code-point automata) and the
+    function caches of compile products: a compile after this builds everything anew, as a
+    benchmark of cold compiles needs."""
     for cache in list(_ALL):
         cache.clear()
+    for fn in _FUNCTION_CACHES:
+        fn.cache_clear()
 
 
 class SizedLRU(Generic[V]):

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .._lru import SizedLRU
+from .._lru import SizedLRU, cleared_with_all
 from ..errors import CompileLimitError, GrammarError
 from ..grammar.ir import (Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Seq,
                           normalize_ranges)
@@ -706,6 +706,7 @@ def _char_automaton(ranges) -> list:
         return utf8_automaton(normalize_ranges(ranges))
 
 
+@cleared_with_all
 @functools.lru_cache(maxsize=8192)
 def _cached_char_automaton(ranges) -> list:
     return utf8_automaton(normalize_ranges(ranges))

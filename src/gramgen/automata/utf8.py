@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from .._lru import cleared_with_all
+
 EXIT = -1
 """Edge target meaning "one complete code point has been read"."""
 
@@ -45,6 +47,7 @@ def _clip(ranges: Ranges, lo: int, hi: int) -> list[tuple[int, int]]:
     return [(max(a, lo), min(b, hi)) for a, b in ranges if b >= lo and a <= hi]
 
 
+@cleared_with_all
 @lru_cache(maxsize=2048)
 def utf8_automaton(ranges: Ranges) -> tuple[tuple[Edge, ...], ...]:
     """A deterministic automaton accepting exactly the UTF-8 encodings of ``ranges``.

@@ -29,6 +29,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
+from .._lru import cleared_with_all
 from .cpdfa import as_regex, strip_markers
 from .cpdfa import from_regex as dfa_from_regex
 from ..errors import CompileLimitError, ConfigurationError, GrammarError, position_to_line_col
@@ -226,6 +227,7 @@ def _case_points() -> tuple[str, Ranges]:
     return "".join(map(chr, points)), _points_to_ranges(points)
 
 
+@cleared_with_all
 @lru_cache(maxsize=4096)
 def _casefold_matches(item_pattern: str, flags: int) -> Ranges:
     """Which case-relevant code points the one-character ``item_pattern`` matches."""
@@ -272,6 +274,7 @@ def _simple_fold_classes() -> dict[int, tuple[int, ...]]:
     return {c: tuple(group) for group in members.values() for c in group}
 
 
+@cleared_with_all
 @lru_cache(maxsize=4096)
 def _simple_fold_closure(plain: Ranges) -> Ranges:
     """The code points whose simple case folding is that of some point of ``plain``

@@ -15,6 +15,8 @@ import functools
 # cpdfa by its own name: ``from .. import cpdfa`` would import the package gramgen.grammar
 import gramgen.grammar.cpdfa as cpdfa
 
+from ..._lru import cleared_with_all
+
 from ...errors import GrammarError
 from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
 from ..regex import ANCHOR_MARKERS, PatternError, parse_regex, translate_ecma
@@ -78,7 +80,10 @@ def json_char(ranges: Ranges) -> Regex:
     return _json_char(normalize_ranges(ranges))
 
 
-@functools.lru_cache(maxsize=8192)
+#: (each entry is a small regex tree that the garbage collector tracks: a few hundred
+#: keep the distinct character classes of many schemas without weighing on collections)
+@cleared_with_all
+@functools.lru_cache(maxsize=512)
 def _json_char(ranges: tuple) -> Regex:
     parts: list[Regex] = []
     raw = _intersect(ranges, _RAW_OK)
@@ -121,7 +126,8 @@ def ecma_to_python(pattern: str) -> str:
     return translate_ecma(pattern, lenient_syntax=True).python
 
 
-@functools.lru_cache(maxsize=1024)
+@cleared_with_all
+@functools.lru_cache(maxsize=256)
 def pattern_dfa(pattern: str) -> cpdfa.CodepointDFA:
     """The decoded strings in which the ECMA-262 ``pattern`` finds a match (JSON Schema
     patterns are not anchored; u-flag meaning, lenient syntax as :func:`ecma_to_python`),
