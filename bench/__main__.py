@@ -731,6 +731,11 @@ def _parse_args(argv):
     ap.add_argument("--llg-json", choices=["auto", "lark", "builtin"], default="auto",
                     help="llguidance's JSON grammar: the same Lark file as gramgen, its builtin "
                     "%%json, or auto (the Lark file if llguidance accepts it)")
+    ap.add_argument("--gramgen-caches", choices=["cold", "warm"], default="cold",
+                    help="cold: every gramgen compile empties its process caches first (as "
+                    "xgrammar's cache_enabled=False); warm: a compile reuses what earlier cases left "
+                    "there (as a serving process; use with --case-reps 0, or repetitions reuse "
+                    "their own case's automata)")
     ap.add_argument("--any-order", action="store_true",
                     help="xgrammar: compile_json_schema(any_order=True) (object keys in any order)")
     ap.add_argument("--all-tokenizers", action="store_true",
@@ -815,7 +820,7 @@ def main(argv=None) -> int:
         return tokenizers[:1]
 
     runs = []
-    options = {"llg_json": args.llg_json, "any_order": args.any_order}
+    options = {"llg_json": args.llg_json, "any_order": args.any_order, "gramgen_caches": args.gramgen_caches}
     for tk in tokenizers:
         for lib in libs:
             log(f"[{tk} / {lib}]")

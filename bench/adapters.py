@@ -605,9 +605,20 @@ class GramgenAdapter(Adapter):
     #: timed compile and first mask, as for the peers' native modules
     modules = ("gramgen", "gramgen.grammar.json_schema", "gramgen.grammar.lark", "gramgen.grammar.gbnf",
                "gramgen.grammar.regex", "gramgen.runtime.matcher")
-    json_schema_policy = ('gramgen.Grammar.from_json_schema(schema, whitespace="flexible", '
-                          'lenient_formats=True) + gramgen.compile: flexible (bounded) whitespace, '
-                          "properties in declaration order, unknown formats as annotations (as the peers)")
+    @property
+    def json_schema_policy(self) -> str:  # type: ignore[override]
+        caches = ("caches kept from earlier cases (--gramgen-caches warm)" if self.warm_caches
+                  else "every compile cold (gramgen._lru.clear_all() first)")
+        return ('gramgen.Grammar.from_json_schema(schema, whitespace="flexible", '
+                'lenient_formats=True) + gramgen.compile: flexible (bounded) whitespace, '
+                f"properties in declaration order, unknown formats as annotations (as the peers); {caches}")
+
+    @property
+    def warm_caches(self) -> bool:
+        """--gramgen-caches warm: compiles reuse what earlier ones left in gramgen's process
+        caches (automata of equal lexemes, character classes, UTF-8 automata), as in a
+        serving process; with repetitions of a case, those reuse its own too."""
+        return self.options.get("gramgen_caches") == "warm"
 
     def version(self) -> str:
         import gramgen
@@ -641,14 +652,15 @@ class GramgenAdapter(Adapter):
     def compile(self, choice: GrammarChoice) -> Any:
         import gramgen
 
-        try:
-            # every compile is cold, as xgrammar's (cache_enabled=False): equal lexemes
-            # share an automaton within one compile but not across repetitions or cases
-            from gramgen._lru import clear_all
+        if not self.warm_caches:
+            try:
+                # every compile is cold, as xgrammar's (cache_enabled=False): equal lexemes
+                # share an automaton within one compile but not across repetitions or cases
+                from gramgen._lru import clear_all
 
-            clear_all()
-        except ImportError:
-            pass
+                clear_all()
+            except ImportError:
+                pass
         try:
             if choice.kind == "lark":
                 g = gramgen.Grammar.from_lark(choice.source, start=choice.start)

@@ -311,3 +311,26 @@ def test_why_slow_replays_the_slowest_mask_of_a_run(tmp_path, capsys):
     assert cells[1] == "—" and cells[9] == case.id and cells[10] == "2"
     replay, classify, walk = (float(cells[i].split()[0].replace(",", "")) for i in (2, 3, 4))
     assert replay >= classify + walk >= 0
+
+
+def test_gramgen_adapter_cold_or_warm_caches():
+    """--gramgen-caches: cold (the default) empties gramgen's process caches before each
+    compile; warm keeps what an earlier case left (and says so in its policy)."""
+    from gramgen.grammar.json_schema import strings
+
+    tok = hf_tokenizer("smollm2")
+    first = json.dumps({"type": "string", "pattern": "^[a-c]+x$"})
+    second = json.dumps({"type": "string", "pattern": "^[d-f]+y$"})
+    from gramgen._lru import clear_all
+
+    for mode in ("cold", "warm"):
+        clear_all()
+        a = make_adapter("gramgen", {"gramgen_caches": mode})
+        a.load()
+        a.prepare(tok, "")
+        for source in (first, second):
+            a.compile(a.grammar_for({"kind": "jsonschema", "source": source, "start": "", "path": "s"},
+                                    "jsonschema"))
+        kept = strings.pattern_dfa.cache_info().currsize
+        assert kept == (1 if mode == "cold" else 2), mode
+        assert ("warm" in a.json_schema_policy) == (mode == "warm")
