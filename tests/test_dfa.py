@@ -490,3 +490,31 @@ def test_clear_all_empties_every_automaton_cache():
     clear_all()
     assert not len(dfa_module._cache) and not len(cpdfa._cache)
     assert compile_regex(rx) is not d and cpdfa.from_regex(rx) is not c
+
+
+def test_cached_automata_are_keyed_by_frozen_regexes():
+    """The DFA and code-point automaton caches live as long as the process: their keys are
+    the regexes as nested tuples (frozen_key), which the garbage collector stops tracking,
+    not the regex trees; an equal regex built anew still finds the entry."""
+    import gc
+
+    from gramgen.automata import dfa as dfa_module
+    from gramgen.grammar import cpdfa
+    from gramgen.grammar.ir import CharRanges, Repeat, Seq, frozen_key
+
+    def make():
+        return Seq((CharRanges(((97, 122), (0xE9, 0xE9))), Repeat(CharRanges(((48, 57),)), 2, 7)))
+
+    a = dfa_module.compile_regex(make())
+    assert dfa_module.compile_regex(make()) is a
+    assert cpdfa.from_regex(make()) is cpdfa.from_regex(make())
+    key = frozen_key(make())
+    assert key == frozen_key(make()) and key != frozen_key(Seq((CharRanges(((97, 122),)),)))
+    for cache in (dfa_module._cache, cpdfa._cache):
+        keys = list(cache._items)
+        assert keys and all(isinstance(k[0], tuple) for k in keys)
+    for _ in range(8):   # (one level of nesting untracked per collection at least)
+        gc.collect()
+    assert not gc.is_tracked(key)
+    kept = cpdfa.from_regex(make())
+    assert isinstance(kept.edges, tuple) and not any(gc.is_tracked(e) for e in kept.edges)

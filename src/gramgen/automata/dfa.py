@@ -25,7 +25,7 @@ import numpy as np
 
 from .._lru import SizedLRU, cleared_with_all
 from ..errors import CompileLimitError, GrammarError
-from ..grammar.ir import (Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Seq,
+from ..grammar.ir import (Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Seq, frozen_key,
                           normalize_ranges)
 from ..grammar.split import split_lexemes
 from .utf8 import EXIT, utf8_automaton
@@ -240,7 +240,7 @@ class ByteDFA:
         return self.n_states == 0
 
 
-#: compiled DFAs kept for reuse, by (regex, max_states), up to this many table bytes in all:
+#: compiled DFAs kept for reuse, by (the regex's frozen_key, max_states), up to this many table bytes in all:
 #: the lexemes of one schema repeat (the same bounded string under several properties) and
 #: schemas compiled in one process share most of theirs (strings, numbers, formats)
 DFA_CACHE_BYTES = 64 << 20
@@ -269,8 +269,9 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
     JSON string body, whitespace, a format) is serialized once."""
     program = _Program() if NATIVE else None
     keep = []  # the program refers to nodes by id(): they must outlive it
+    memo: dict = {}   # (frozen keys of shared subtrees; the trees live as long as rxs)
     for rx in rxs:
-        key = (rx, max_states)
+        key = (frozen_key(rx, memo), max_states)
         found = _cache.get(key)
         if found is None:
             keep.append(rx)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from .._lru import SizedLRU
 from ..errors import CompileLimitError
-from .ir import (EMPTY, MAX_CODEPOINT, Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq,
+from .ir import (EMPTY, MAX_CODEPOINT, Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq, frozen_key,
                  normalize_ranges)
 
 Ranges = tuple[tuple[int, int], ...]
@@ -165,14 +165,17 @@ def from_regex(rx: Regex, *, max_states: int = DEFAULT_MAX_STATES) -> CodepointD
     """Subset construction over code-point intervals, then trimming. The result is
     shared with later calls on an equal regex: treat it as immutable (every operation
     here builds a new automaton)."""
-    key = (rx, max_states)
     try:
+        key = (frozen_key(rx), max_states)   # (not the tree: see frozen_key)
         found = _cache.get(key)
     except TypeError:  # ranges given as lists: not hashable, not cached
         return _from_regex(rx, max_states)
     if found is not None:
         return found
     dfa = _from_regex(rx, max_states)
+    # kept as tuples: the collector stops tracking tuples of atoms, where a list per state
+    # of every kept automaton would be walked by each full collection
+    dfa = CodepointDFA(tuple(map(tuple, dfa.edges)), tuple(dfa.accepting))
     _cache.put(key, dfa)
     return dfa
 

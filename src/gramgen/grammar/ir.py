@@ -131,6 +131,35 @@ for _cls in (CharRanges, ByteRanges, Seq, Alt, Repeat, Automaton):
     _cls.__eq__ = _hash_checked_eq(_cls.__eq__)
     _cls.__reduce__ = _reduce
 
+def frozen_key(rx: Regex, memo: dict | None = None) -> tuple:
+    """``rx`` as nested tuples of strings and ints: equal for equal regexes, and, unlike
+    the tree itself, untracked by the garbage collector once it has seen them (tuples of
+    atoms are). Long-lived caches keyed by regexes keep this form, so that they do not add
+    to what every full collection walks. Raises TypeError for unhashable fields (ranges
+    given as lists), as hashing the tree would. ``memo``: by ``id``, for subtrees shared
+    between the regexes of one grammar (the caller keeps the trees alive meanwhile)."""
+    if memo is not None:
+        found = memo.get(id(rx))
+        if found is not None:
+            return found
+    parts: list = [rx.__class__.__name__]
+    for name in rx.__dataclass_fields__:
+        parts.append(_frozen_field(getattr(rx, name), memo))
+    out = tuple(parts)
+    hash(out)   # (TypeError now for an unhashable field)
+    if memo is not None:
+        memo[id(rx)] = out
+    return out
+
+
+def _frozen_field(value, memo):
+    if isinstance(value, Regex):
+        return frozen_key(value, memo)
+    if isinstance(value, tuple):
+        return tuple(_frozen_field(v, memo) for v in value)
+    return value
+
+
 EMPTY = Seq(())
 NOTHING = Alt(())
 
