@@ -142,11 +142,10 @@ def main(argv=None) -> int:
     import numpy as np
     from transformers import AutoTokenizer
 
-    import gramgen
     from bench.__main__ import _tokenizer_path
+    from bench.adapters import make_adapter
     from bench.report import cases, mask_gc_us, slowest_masks
     from bench.workloads import load
-    from gramgen._lru import clear_all
     from gramgen.automata import bitmask
 
     results = json.loads(Path(opts.results).read_text())
@@ -160,19 +159,15 @@ def main(argv=None) -> int:
     workload = load(opts.workload, args, sizes)
     by_id = {c.id: c for c in workload.cases}
     tok = AutoTokenizer.from_pretrained(_tokenizer_path(run["tokenizer"]))
-    vocab = gramgen.Vocabulary.from_huggingface(tok)
     run_cases = {c["id"]: c for c in cases(run)}
+    # the bench's own gramgen adapter, every compile cold: each replay starts as the run's
+    # case did in a cold run
+    adapter = make_adapter("gramgen", {"gramgen_caches": "cold"})
+    adapter.load()
+    adapter.prepare(tok, _tokenizer_path(run["tokenizer"]))
 
     def cg_of(case):
-        clear_all()
-        if case.kind == "jsonschema":
-            g = gramgen.Grammar.from_json_schema(json.loads(case.source), whitespace="flexible",
-                                                 lenient_formats=True)
-        elif case.kind == "lark":
-            g = gramgen.Grammar.from_lark(case.source, start=case.start)
-        else:
-            g = gramgen.Grammar.from_gbnf(case.source, start=case.start)
-        return gramgen.compile(g, vocab)
+        return adapter.compile(adapter.grammar_for(case.to_job(), opts.workload))
 
     print(f"# gramgen's slowest masks: {opts.workload} × {run['tokenizer']} "
           f"({results['meta']['command'].strip()}, gramgen {results['meta']['versions'].get('gramgen_git', '?')})\n")

@@ -2533,14 +2533,21 @@ fold_children(Walk *w, Children *c, int32_t *rs)
  * for siblings) and on the bytes after it alone. In a long string split into blocks the
  * set after every character is the same, so the tokens that cross a block's end are
  * stepped as one group per byte, not one per prefix. */
+/* whether the walk's work has passed its limit (then it is marked over, to unwind) */
+static inline int
+past_limit(Walk *w)
+{
+    if (w->limit >= 0 && w->work > w->limit)
+        w->over = 1;
+    return w->over;
+}
+
 static int
 walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
 {
     w->work += n;   /* each token's byte here is read */
-    if (w->limit >= 0 && w->work > w->limit) {
-        w->over = 1;
+    if (past_limit(w))
         return -1;
-    }
     Set *cur = get_set(&w->chart, chart_len(&w->chart) - 1);
     if (!cur)
         return -1;
@@ -2563,10 +2570,8 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
             Set *next;
             w->steps++;
             w->work += WALK_STEP_WORK;
-            if (w->limit >= 0 && w->work > w->limit) {
-                w->over = 1;
+            if (past_limit(w))
                 goto done;
-            }
             if (step_core(w->t, &w->chart, b, &next, &w->sc) < 0)
                 goto done;
             int newly = !far && w->chart.read;

@@ -131,6 +131,7 @@ for _cls in (CharRanges, ByteRanges, Seq, Alt, Repeat, Automaton):
     _cls.__eq__ = _hash_checked_eq(_cls.__eq__)
     _cls.__reduce__ = _reduce
 
+
 def frozen_key(rx: Regex, memo: dict | None = None) -> tuple:
     """``rx`` as nested tuples of strings and ints: equal for equal regexes, and, unlike
     the tree itself, untracked by the garbage collector once it has seen them (tuples of

@@ -151,7 +151,7 @@ class Matcher:
 
         ``max_work`` bounds the costly part of a mask, the walk of the tokens that end a
         lexeme through the parser, in work units (a token looked at is one, a parser step
-        sixteen; a million take roughly 5-15 ms on a laptop core). When the walk would pass
+        eight; a million took 14-25 ms on the project's 2-core test machine). When the walk would pass
         it, it stops and this returns False: the row then holds only the tokens already
         known to be allowed (a subset of the mask; the others may be decided one at a time
         with :meth:`check`, as masked sampling does). None: no bound. Grammars with
@@ -578,6 +578,10 @@ class Matcher:
         chart = self._chart
         j = len(chart) - 1
         ranks = cands  # then the tokens left undecided by each horizon
+
+        def stopped() -> _WorkLimitReached:
+            return _WorkLimitReached(out if known is None else out | known, ranks)
+
         local = LocalSignatures(self._tables, chart, j, cg.intern())
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         exiting = None  # the scans with exit tokens, found on the first horizon missed
@@ -597,7 +601,7 @@ class Matcher:
                     if reaches:
                         walked = self._native_walk(chart, far, ranks, limit)
                         if walked is None:
-                            raise _WorkLimitReached(out if known is None else out | known, ranks)
+                            raise stopped()
                         found, beyond = walked
                 else:
                     view, reads = tracked_view(chart, j, depth)
@@ -629,7 +633,7 @@ class Matcher:
         if self._tables.native is not None:
             walked = self._native_walk(chart, [], ranks, limit)
             if walked is None:
-                raise _WorkLimitReached(out if known is None else out | known, ranks)
+                raise stopped()
             found = walked[0]
         else:
             found, _ = self._walk_exits(list(chart), ranks, HorizonReads())

@@ -28,6 +28,7 @@ probability 0 before an allowed one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -197,18 +198,28 @@ class MaskedSampler:
                 words[0] = allowed.view(np.int32)
             else:
                 fill_bitmask(seq.constraint, words, 0)
-            single = single_allowed(words[0])
-            if single == -1:
-                seq.finish = "dead_end"
-                return
-            if single in self.eos:     # only ending is allowed
-                seq.finish = "grammar"
-                return
-            if single is None or not self.options.jump_forward or len(seq.tokens) >= max_new_tokens:
+            settled = self._settled(words[0])
+            if settled is None or (settled.token is not None and len(seq.tokens) >= max_new_tokens):
                 seq.state = words[0]
                 return
-            seq.push(single)
+            if settled.token is None:   # a dead end, or only ending is allowed
+                seq.finish = settled.finish or "dead_end"
+                return
+            seq.push(settled.token)
             seq.stats.forced_tokens += 1
+
+    def _settled(self, words: np.ndarray) -> Choice | None:
+        """What a mask (a packed row) decides without a draw: nothing allowed (a dead
+        end), only EOS (the text is complete: ``finish="grammar"``), or, with
+        ``jump_forward``, the one token allowed (its probability is 1); None: a draw."""
+        single = single_allowed(words)
+        if single == -1:
+            return Choice(None)
+        if single in self.eos:
+            return Choice(None, finish="grammar")
+        if single is not None and self.options.jump_forward:
+            return Choice(single)
+        return None
 
     def choose(self, seqs: list[Sequence], logits) -> list[Choice]:
         if logits.ndim == 3:   # some sequences carry drafts: verify those
@@ -247,16 +258,11 @@ class MaskedSampler:
                 fork.advance(draft.tokens[j - 1])
                 fill_bitmask(fork, words, 0)
                 row_words = words[0]
-                single = single_allowed(row_words)
-                if single == -1:
-                    return Choice(None, logprob, 0.0, tuple(accepted))
-                if single in self.eos:   # only ending: as prepare would, without a draw
-                    return Choice(None, logprob, 0.0, tuple(accepted), finish="grammar")
-                if single is not None and self.options.jump_forward:
-                    # one token allowed: as prepare would, without a draw (its probability is 1)
-                    if j == len(draft):
-                        return Choice(single, logprob, 0.0, tuple(accepted))
-                    accepted.append(single)   # a draft the constraint allowed: it is ``single``
+                settled = self._settled(row_words)   # as prepare would, without a draw
+                if settled is not None:
+                    if settled.token is None or j == len(draft):
+                        return dataclasses.replace(settled, logprob=logprob, accepted=tuple(accepted))
+                    accepted.append(settled.token)   # a draft the constraint allowed: it is that token
                     continue
             scores = self._masked(logits[j:j + 1], row_words)
             if not greedy:
@@ -343,14 +349,7 @@ class MaskedSampler:
         fill_bitmask(seq.constraint, words, 0)
         seq.state = words[0]
         seq.stats.mask_seconds += time.perf_counter() - t0
-        single = single_allowed(seq.state)
-        if single == -1:
-            return Choice(None)
-        if single in self.eos:
-            return Choice(None, finish="grammar")
-        if single is not None and self.options.jump_forward:
-            return Choice(single)
-        return None
+        return self._settled(seq.state)
 
     def _choose(self, seqs: list[Sequence], logits) -> list[Choice]:
         opened = [b for b, seq in enumerate(seqs) if isinstance(seq.state, _Open)]

@@ -16,7 +16,6 @@ import functools
 import gramgen.grammar.cpdfa as cpdfa
 
 from ..._lru import cleared_with_all
-
 from ...errors import GrammarError
 from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
 from ..regex import ANCHOR_MARKERS, PatternError, parse_regex, translate_ecma
