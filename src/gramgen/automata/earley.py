@@ -152,12 +152,10 @@ class ParserTables:
         rules = _productive_rules(ir, {n for n in lexeme_names if not dfas[n].is_empty})
         augmented = "$start"
         rules = [(augmented, (ir.start,))] + rules
-        nt_names = []
+        nt_index: dict[str, int] = {}
         for lhs, _ in rules:
-            if lhs not in nt_names:
-                nt_names.append(lhs)
-        self.nt_names = nt_names
-        nt_index = {n: i for i, n in enumerate(nt_names)}
+            nt_index.setdefault(lhs, len(nt_index))
+        self.nt_names = nt_names = list(nt_index)
         lex_index = {n: i for i, n in enumerate(lexeme_names)}
         N = len(nt_names)
         self.n_nonterminals = N

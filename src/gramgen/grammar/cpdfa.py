@@ -487,9 +487,61 @@ def difference(a: CodepointDFA, b: CodepointDFA, *, max_states: int = DEFAULT_MA
     return _product(a, b, lambda x, y: x and not y, True, max_states)
 
 
+#: Code points whose spelling is one byte in every label we use (printable ASCII but the
+#: quote and the backslash, which JSON escapes); other ranges are spelled over several bytes
+_ONE_BYTE: Ranges = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F))
+
+
+#: edges with the same multi-byte part and target that share a state for it (fewer copies
+#: cost less than the state and the empty edges)
+_SHARE_FROM = 4
+
+
+def _split_ranges(ranges: Ranges, by: Ranges) -> tuple[Ranges, Ranges]:
+    """(the part of ``ranges`` inside ``by``, the rest), for sorted, disjoint, not adjacent
+    ranges (and so are both parts)."""
+    inside, rest = [], []
+    for lo, hi in ranges:
+        at = lo
+        for a, b in by:
+            if b < at:
+                continue
+            if a > hi:
+                break
+            if a > at:
+                rest.append((at, a - 1))
+            inside.append((max(a, at), min(b, hi)))
+            at = min(b, hi) + 1
+            if at > hi:
+                break
+        if at <= hi:
+            rest.append((at, hi))
+    return tuple(inside), tuple(rest)
+
+
+def _merged(ranges: list[tuple[int, int]]) -> Ranges:
+    """Sorted disjoint ranges with the adjacent ones merged."""
+    out = [ranges[0]]
+    for lo, hi in ranges[1:]:
+        if lo == out[-1][1] + 1:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
 def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
     """The DFA as an IR :class:`Automaton` whose edge for a set of code points is
-    ``label(ranges)`` (e.g. every JSON spelling of those characters)."""
+    ``label(ranges)`` (e.g. every JSON spelling of those characters).
+
+    The part of an edge whose spellings take several bytes (non-ASCII characters,
+    escapes), when at least :data:`_SHARE_FROM` edges have the same part and target, goes
+    through a state they share: from the source an empty edge to it, from it the
+    spelling. A byte-level DFA built from the automaton then has one set of
+    partial-spelling states per (part, target), not one per source state: the DFA of "any
+    name but these 300" (every trie node going to the same free state with the same
+    non-ASCII characters) stays near the size of its minimal form while it is built,
+    instead of passing the size limit by a factor of ten."""
     if dfa.is_empty():
         return Alt(())
     grouped: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -497,16 +549,44 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
         for lo, hi, t in out:
             grouped.setdefault((s, t), []).append((lo, hi))
     cache: dict[Ranges, Regex] = {}
-    edges = []
-    for (s, t), ranges in grouped.items():
-        key = normalize_ranges(ranges)
+
+    def labelled(key: Ranges) -> Regex:
         if key not in cache:
             cache[key] = label(key)
-        edges.append((s, cache[key], t))
+        return cache[key]
+
+    # (a state's edges are sorted and disjoint: so are those to one target)
+    merged = {key: _merged(ranges) if len(ranges) > 1 else tuple(ranges) for key, ranges in grouped.items()}
+    parts: dict[Ranges, tuple[Ranges, Ranges]] = {}   # (many edges have the same ranges)
+    split = {}
+    for key, ranges in merged.items():
+        if ranges not in parts:
+            parts[ranges] = _split_ranges(ranges, _ONE_BYTE)
+        split[key] = parts[ranges]
+    sources: dict[tuple[Ranges, int], int] = {}
+    for (s, t), (_, several) in split.items():
+        if several:
+            sources[(several, t)] = sources.get((several, t), 0) + 1
+    edges = []
+    n_states = dfa.n_states
+    shared: dict[tuple[Ranges, int], int] = {}
+    for (s, t), ranges in merged.items():
+        one, several = split[(s, t)]
+        if not several or sources[(several, t)] < _SHARE_FROM:
+            edges.append((s, labelled(ranges), t))
+            continue
+        if one:
+            edges.append((s, labelled(one), t))
+        via = shared.get((several, t))
+        if via is None:
+            via = shared[(several, t)] = n_states
+            n_states += 1
+            edges.append((via, labelled(several), t))
+        edges.append((s, EMPTY, via))
     accepting = tuple(s for s, acc in enumerate(dfa.accepting) if acc)
     if dfa.n_states == 1 and not edges:
         return EMPTY
-    return Automaton(dfa.n_states, 0, tuple(edges), accepting)
+    return Automaton(n_states, 0, tuple(edges), accepting)
 
 
 ANY_CHAR: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
