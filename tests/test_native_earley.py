@@ -331,8 +331,9 @@ def test_walk_with_remembered_closures_equals_walk_without(name, monkeypatch):
     the tokens read beyond a horizon included: on gpt2's vocabulary, and for the C-like
     grammar on pieces of programs (tokens of several lexemes and blank runs, at many
     offsets), along those programs. Also without folding the walk's children whose sets
-    are equal (their tokens go on from one set): the same tokens, found and beyond, and
-    along a long string (blocks counted by rules) the fold saves steps."""
+    are equal (their tokens go on from one set) nor stepping plain runs once (inside a
+    string, tokens measured by their plain prefixes): the same tokens, found and beyond,
+    and along a long string (blocks counted by rules) folding and runs save steps."""
     from conftest import vocabulary
 
     if name == "code":

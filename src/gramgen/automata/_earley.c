@@ -271,6 +271,8 @@ typedef struct {
     PtrTable preds;      /* Pred: the prediction cache */
     PtrTable passes;     /* PassEntry: lexeme passes of big token groups (see cached_pass) */
     size_t pass_ints;    /* bytes held by the passes, in ints */
+    struct PlainLens *plens[4];   /* plain prefixes of a vocabulary's tokens (see plain_lens) */
+    int next_plens;
 } Tables;
 
 typedef struct {
@@ -333,6 +335,8 @@ static void
 tables_dealloc(Tables *t)
 {
     pass_clear(t);
+    for (int i = 0; i < 4; i++)
+        PyMem_Free(t->plens[i]);
     PyMem_Free(t->item_next);
     PyMem_Free(t->item_lhs);
     PyMem_Free(t->nullable);
@@ -1901,7 +1905,7 @@ typedef struct {
     uint8_t *ended;    /* lexeme_pass: a lexeme could end inside the token before the level */
     Py_ssize_t cap_levels;
     Scratch sc;        /* the buffers of its steps */
-    int fold;          /* fold children with equal sets (see walk) */
+    int fold;          /* fold children with equal sets, step plain runs once (see walk, plain_run) */
     struct Children **kids;   /* per depth of the walk: the children of its node there */
     int32_t n_kids;
     int32_t *tmp;      /* reordering tokens (sort_by_byte, fold) */
@@ -2542,8 +2546,286 @@ past_limit(Walk *w)
     return w->over;
 }
 
+static int walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged, int norun);
+
+/* Plain runs. Inside lexemes, with no parser item waiting (a set of scans only), a byte
+ * that moves every scan along its plain chain (see Chain) leads to one set whatever the
+ * byte: the scans move to the same states, and a lexeme that accepts there ends alike.
+ * Over a run of such bytes the sets are one per position, so the walk need not step
+ * (and sort, and fold) the tokens byte by byte there: it measures each token's plain
+ * prefix, steps the run once with one plain byte, and goes on with each token from the
+ * set where its prefix ends (the byte after it is not plain) or where the run ends (a
+ * lexeme ended: the parser's items decide the next byte). In a long string counted in
+ * blocks, the tokens that cross a block's end take a step per byte of the run instead of
+ * a sorted group per byte. */
+#define RUN_MIN 64    /* tokens at a node for a run to be worth measuring */
+#define RUN_MAX 64    /* plain steps taken in one run at most */
+
+/* For one set of plain bytes and one vocabulary (the walk's blob and offsets), each token's
+ * number of leading plain bytes (at most 255, which stands for 255 or more), kept in the
+ * tables: a run measures a token with one read. A few are kept (a grammar has few
+ * distinct plain sets: its strings' characters). */
+typedef struct PlainLens {
+    uint8_t plain[256];
+    const uint8_t *blob;
+    const int64_t *off;
+    Py_ssize_t n_ranks;
+    uint8_t len[];
+} PlainLens;
+
+static const uint8_t *
+plain_lens(Walk *w, const uint8_t *plain)
+{
+    Tables *t = w->t;
+    for (int i = 0; i < 4; i++) {
+        PlainLens *p = t->plens[i];
+        if (p && p->blob == w->blob && p->off == w->off && p->n_ranks == w->n_ranks && !memcmp(p->plain, plain, 256))
+            return p->len;
+    }
+    PlainLens *p = PyMem_Malloc(sizeof(PlainLens) + (size_t)(w->n_ranks ? w->n_ranks : 1));
+    if (!p) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(p->plain, plain, 256);
+    p->blob = w->blob;
+    p->off = w->off;
+    p->n_ranks = w->n_ranks;
+    /* (made once per grammar and vocabulary: not counted in a walk's work, which stays the
+     * same whatever the tables hold) */
+    for (Py_ssize_t r = 0; r < w->n_ranks; r++) {
+        const uint8_t *data = w->blob + w->off[r];
+        int64_t len = w->off[r + 1] - w->off[r], j = 0;
+        if (len > 255)
+            len = 255;
+        while (j < len && plain[data[j]])
+            j++;
+        p->len[r] = (uint8_t)j;
+    }
+    int at = t->next_plens;
+    PyMem_Free(t->plens[at]);
+    t->plens[at] = p;
+    t->next_plens = (at + 1) % 4;
+    return p->len;
+}
+
+/* whether stepping s (scans only) over any byte of `bytes[0..nb)` leads to one set: each
+ * scan moves along its plain chain on all of them, or dies on all of them, and one moves
+ * on (nb == 0: whether s has scans only and one of them a chain); -1 on an error */
 static int
-walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
+run_continues(Tables *t, Set *s, const uint8_t *bytes, int nb)
+{
+    if (s->n_items || s->pred || !s->n_scans)
+        return 0;
+    int moves = 0;
+    for (int32_t i = 0; i < s->n_scans; i++) {
+        const Chain *ch = state_chain(t, s->scans[i].lexeme, s->scans[i].state);
+        if (!ch)
+            return -1;
+        int along = ch->room > 0;
+        for (int x = 0; x < nb && along; x++)
+            along = ch->plain[bytes[x]];
+        if (along) {
+            moves = 1;
+            continue;
+        }
+        const int32_t *row = t->lex[s->scans[i].lexeme].trans + 256 * (size_t)s->scans[i].state;
+        for (int x = 0; x < nb; x++)
+            if (row[bytes[x]] >= 0)
+                return 0;
+    }
+    return moves;
+}
+
+/* The run from the walk's node at `depth` (its set `cur`, scans only, every scan with a
+ * plain chain) over the tokens rs[0..n): 1 when it took them (each decided, or walked on
+ * from where its plain prefix ends), 0 when no token has a plain byte next, -1 on an
+ * error. */
+static int
+plain_run(Walk *w, Set *cur, int32_t *rs, int32_t n, int depth, int far, int merged)
+{
+    Tables *t = w->t;
+    /* the run's bytes: those every scan's chain takes */
+    uint8_t plain[256], bytes[256];
+    memset(plain, 1, 256);
+    for (int32_t i = 0; i < cur->n_scans; i++) {
+        const Chain *ch = state_chain(t, cur->scans[i].lexeme, cur->scans[i].state);
+        if (!ch)
+            return -1;
+        if (ch->room > 0)
+            for (int b = 0; b < 256; b++)
+                plain[b] &= ch->plain[b];
+    }
+    for (int32_t i = 0; i < cur->n_scans; i++) {
+        /* a scan without a chain must die on the run's bytes */
+        const Chain *ch = state_chain(t, cur->scans[i].lexeme, cur->scans[i].state);
+        if (ch->room > 0)
+            continue;
+        const int32_t *row = t->lex[cur->scans[i].lexeme].trans + 256 * (size_t)cur->scans[i].state;
+        for (int b = 0; b < 256; b++)
+            if (row[b] >= 0)
+                plain[b] = 0;
+    }
+    int nb = 0;
+    for (int b = 0; b < 256; b++)
+        if (plain[b])
+            bytes[nb++] = (uint8_t)b;
+    if (!nb)
+        return 0;
+    /* each token's plain prefix after `depth` (at most RUN_MAX bytes) */
+    int32_t *e = PyMem_Malloc(2 * (size_t)n * sizeof(int32_t));
+    if (!e) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t *order = e + n, longest = 0, some = 0;
+    const uint8_t *lens = plain_lens(w, plain);
+    if (!lens) {
+        PyMem_Free(e);
+        return -1;
+    }
+    w->work += n;
+    for (int32_t x = 0; x < n; x++) {
+        int32_t len = (int32_t)(w->off[rs[x] + 1] - w->off[rs[x]]) - depth, j = 0, p = lens[rs[x]];
+        if (len > RUN_MAX)
+            len = RUN_MAX;
+        if (p >= depth && p < 255) {
+            /* (its first `depth` bytes plain too: its plain prefix from here is known) */
+            j = p - depth < len ? p - depth : len;
+        } else {
+            const uint8_t *data = w->blob + w->off[rs[x]] + depth;
+            while (j < len && plain[data[j]])
+                j++;
+        }
+        e[x] = j;
+        some |= j > 0;
+        if (j > longest)
+            longest = j;
+    }
+    if (!some) {
+        PyMem_Free(e);
+        return 0;
+    }
+    /* the run's sets: sets[i] after i plain bytes (one new reference each), while the set
+     * before still moves every scan along its chain; closed[i]: the step to it ended a
+     * lexeme; read[i]: that step read a far set */
+    Set *sets[RUN_MAX + 1];
+    uint8_t closed[RUN_MAX + 1], read[RUN_MAX + 1];
+    int32_t m = 0, pushed = 0, rc = -1;
+    sets[0] = cur;
+    while (m < longest) {
+        if (m) {
+            int r = run_continues(t, sets[m], bytes, nb);
+            if (r < 0)
+                goto done;
+            if (!r)
+                break;
+            if (chart_push(&w->chart, sets[m]) < 0)
+                goto done;
+            pushed++;
+        }
+        Set *next;
+        w->chart.read = 0;
+        w->steps++;
+        w->work += WALK_STEP_WORK;
+        if (past_limit(w))
+            goto done;
+        if (step_core(t, &w->chart, bytes[0], &next, &w->sc) < 0)
+            goto done;
+        if (!next)
+            break;   /* (a chain's byte always steps: not reached) */
+        closed[m + 1] = (uint8_t)w->sc.step_closed;
+        read[m + 1] = (uint8_t)w->chart.read;
+        sets[++m] = next;
+    }
+    w->chart.n_stack -= pushed;
+    pushed = 0;
+    /* the tokens by where they leave the run (stable: each group in rank order) */
+    int32_t at[RUN_MAX + 2];
+    memset(at, 0, sizeof(at));
+    for (int32_t x = 0; x < n; x++) {
+        if (e[x] > m)
+            e[x] = m;
+        at[e[x] + 1]++;
+    }
+    for (int32_t i = 0; i <= m; i++)
+        at[i + 1] += at[i];
+    {
+        int32_t fill[RUN_MAX + 1];
+        memcpy(fill, at, (size_t)(m + 1) * sizeof(int32_t));
+        for (int32_t x = 0; x < n; x++)
+            order[fill[e[x]]++] = rs[x];
+    }
+    memcpy(rs, order, (size_t)n * sizeof(int32_t));
+    /* those with no plain byte next go on from here as any node's tokens */
+    if (at[1] > 0 && walk(w, rs, at[1], depth, far, merged, 1) < 0)
+        goto done;
+    int far_here = far;
+    for (int32_t i = 1; i <= m; i++) {
+        if (chart_push(&w->chart, sets[i]) < 0)
+            goto done;
+        pushed++;
+        far_here |= read[i];
+        int32_t *g = rs + at[i], k = at[i + 1] - at[i];
+        if (!k)
+            continue;
+        if (far_here && !far) {
+            /* decided through a step that read a far set (see walk) */
+            for (int32_t x = 0; x < k; x++)
+                if (ivec_push(&w->beyond, g[x]) < 0)
+                    goto done;
+        }
+        /* the tokens that end here were taken whole; a pass decides the others early after
+         * a step that ended a lexeme (as in walk), where a token all of plain bytes whose
+         * rest fits one of the new scans' chains (of the run's bytes) is allowed at once */
+        int r;
+        if (closed[i]) {
+            int32_t room = 0;
+            for (int32_t x = 0; x < sets[i]->n_scans; x++) {
+                const Chain *ch = state_chain(t, sets[i]->scans[x].lexeme, sets[i]->scans[x].state);
+                if (!ch)
+                    goto done;
+                int covers = ch->room > room;
+                for (int y = 0; y < nb && covers; y++)
+                    covers = ch->plain[bytes[y]];
+                if (covers)
+                    room = ch->room;
+            }
+            int32_t kept = 0;
+            if (room > 0) {
+                w->work += k;
+                for (int32_t x = 0; x < k; x++) {
+                    int32_t len = (int32_t)(w->off[g[x] + 1] - w->off[g[x]]);
+                    if (lens[g[x]] == len && len < 255 && len - (depth + i) <= room) {
+                        if (ivec_push(&w->found, g[x]) < 0)
+                            goto done;
+                    } else {
+                        g[kept++] = g[x];
+                    }
+                }
+                k = kept;
+            }
+            r = k ? lexeme_pass(w, sets[i], g, &k, depth + i) : 0;
+        } else {
+            r = take_whole(w, g, &k, depth + i);
+        }
+        if (r < 0)
+            goto done;
+        /* a token that leaves before the run's end has a byte next that is not plain */
+        if (k && walk(w, g, k, depth + i, far_here, 1, i < m) < 0)
+            goto done;
+    }
+    rc = 1;
+done:
+    w->chart.n_stack -= pushed;
+    for (int32_t i = 1; i <= m; i++)
+        Py_DECREF(sets[i]);
+    PyMem_Free(e);
+    return rc;
+}
+
+static int
+walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged, int norun)
 {
     w->work += n;   /* each token's byte here is read */
     if (past_limit(w))
@@ -2552,6 +2834,13 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
     if (!cur)
         return -1;
     allowed(cur);
+    if (w->fold && !norun && n >= RUN_MIN && !cur->n_items && !cur->pred && cur->n_scans) {
+        int r = run_continues(w->t, cur, NULL, 0);
+        if (r > 0)
+            r = plain_run(w, cur, rs, n, depth, far, merged);
+        if (r)
+            return r < 0 ? -1 : 0;
+    }
     if (merged && sort_by_byte(w, rs, n, depth) < 0)
         return -1;
     Children *c = walk_children(w, depth);
@@ -2610,7 +2899,7 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged)
             continue;
         if (chart_push(&w->chart, c->set[k]) < 0)
             goto done;
-        int r = walk(w, rs + c->start[k], c->count[k], depth + 1, c->far[k], c->merged[k]);
+        int r = walk(w, rs + c->start[k], c->count[k], depth + 1, c->far[k], c->merged[k], 0);
         w->chart.n_stack--;
         Py_CLEAR(c->set[k]);
         if (r < 0)
@@ -2738,7 +3027,7 @@ tables_walk_exits(Tables *t, PyObject *args)
                 rs[m++] = rs[i];
         n = m;
     }
-    if (walk(&w, rs, (int32_t)n, 0, 0, 0) < 0) {
+    if (walk(&w, rs, (int32_t)n, 0, 0, 0, 0) < 0) {
         if (w.over && !PyErr_Occurred()) {
             out = Py_None;
             Py_INCREF(out);
