@@ -49,6 +49,18 @@ def slowest_masks(run: dict, n: int = 5) -> list[tuple[float, str, str, int]]:
     return heapq.nlargest(n, found, key=lambda x: x[0])
 
 
+def masks_between(run: dict, lo_us: float, hi_us: float, n: int, seed: int = 0) -> list[tuple[float, str, str, int]]:
+    """``n`` of the run's masks that took between ``lo_us`` and ``hi_us`` (a fixed-seed sample,
+    slowest first), as :func:`slowest_masks`: what the masks around a percentile are."""
+    import random
+
+    found = [(ns / 1e3, c.get("id") or "", t.get("id") or "", step)
+             for c in cases(run) for t in c.get("texts", [])
+             for step, ns in enumerate(t.get("mask_ns") or []) if lo_us <= ns / 1e3 <= hi_us]
+    picked = random.Random(seed).sample(found, min(n, len(found)))
+    return sorted(picked, key=lambda x: -x[0])
+
+
 def mask_gc_us(run: dict, case: str, text: str, step: int) -> float | None:
     """µs the garbage collector ran during that mask (None: the run did not record it)."""
     for c in cases(run):

@@ -1,7 +1,7 @@
 """Why gramgen's slowest masks in a bench run were slow.
 
 ``python -m bench.why_slow [--results bench/results/results.json] [--workload jsonschema]
-[--tokenizer llama3] [-n 10] [--max-work N]``
+[--tokenizer llama3] [-n 10] [--max-work N] [--between LO_US HI_US]``
 
 Each of gramgen's ``n`` slowest masks of one workload × tokenizer is replayed as the bench
 made it: every cache emptied, the case compiled, its texts walked in the run's order (masks
@@ -16,7 +16,8 @@ parts timed:
 * **rest**: signatures, caches, bit operations in Python.
 
 The run's own time for the mask and the garbage collector's share of it (when the run
-recorded it) come first.
+recorded it) come first. With ``--between LO_US HI_US``, ``n`` masks that took that long in
+the run (a fixed-seed sample) instead of the slowest: what the masks around a percentile are.
 
 With ``--max-work`` the same mask is also computed with that bound on a fresh replay, and
 its time is shown (what ``Constrained(max_mask_work=...)`` would spend before drawing by
@@ -137,6 +138,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokenizer", default=None, help="default: the first the run used for the workload")
     ap.add_argument("-n", type=int, default=10)
     ap.add_argument("--max-work", type=int, default=None)
+    ap.add_argument("--between", type=float, nargs=2, metavar=("LO_US", "HI_US"), default=None,
+                    help="a sample of the masks that took this long in the run, not the slowest")
     opts = ap.parse_args(argv)
 
     import numpy as np
@@ -144,7 +147,7 @@ def main(argv=None) -> int:
 
     from bench.__main__ import _tokenizer_path
     from bench.adapters import make_adapter
-    from bench.report import cases, mask_gc_us, slowest_masks
+    from bench.report import cases, mask_gc_us, masks_between, slowest_masks
     from bench.workloads import load
     from gramgen.automata import bitmask
 
@@ -169,13 +172,15 @@ def main(argv=None) -> int:
     def cg_of(case):
         return adapter.compile(adapter.grammar_for(case.to_job(), opts.workload))
 
-    print(f"# gramgen's slowest masks: {opts.workload} × {run['tokenizer']} "
+    which = "slowest masks" if opts.between is None else f"masks of {opts.between[0]:,.0f}-{opts.between[1]:,.0f} µs"
+    print(f"# gramgen's {which}: {opts.workload} × {run['tokenizer']} "
           f"({results['meta']['command'].strip()}, gramgen {results['meta']['versions'].get('gramgen_git', '?')})\n")
     head = "| run µs | run gc µs | replay µs | classify µs (new states) | walk µs | walk work | steps | rest µs |"
     head += " bounded µs |" if opts.max_work is not None else ""
     print(head + " case | step | text before the step |")
     print("|" + "---|" * (head.count("|") + 2))
-    for us, case_id, text_id, step in slowest_masks(run, opts.n):
+    picked = slowest_masks(run, opts.n) if opts.between is None else masks_between(run, *opts.between, opts.n)
+    for us, case_id, text_id, step in picked:
         case = by_id[case_id]
         texts = {t.id: t for t in case.texts}
         order = run_cases[case_id]["texts"]

@@ -2562,9 +2562,12 @@ static int walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged,
 #define RUN_MAX 64    /* plain steps taken in one run at most */
 
 /* For one set of plain bytes and one vocabulary (the walk's blob and offsets), each token's
- * number of leading plain bytes (at most 255, which stands for 255 or more), kept in the
- * tables: a run measures a token with one read. A few are kept (a grammar has few
- * distinct plain sets: its strings' characters). */
+ * number of leading plain bytes (PLAIN_LONG: that many or more), kept in the tables and
+ * filled in as walks meet the tokens (PLAIN_UNKNOWN: not yet): a run measures a token
+ * once. A few are kept (a grammar has few distinct plain sets: its strings' characters). */
+#define PLAIN_LONG 254
+#define PLAIN_UNKNOWN 255
+
 typedef struct PlainLens {
     uint8_t plain[256];
     const uint8_t *blob;
@@ -2573,7 +2576,7 @@ typedef struct PlainLens {
     uint8_t len[];
 } PlainLens;
 
-static const uint8_t *
+static uint8_t *
 plain_lens(Walk *w, const uint8_t *plain)
 {
     Tables *t = w->t;
@@ -2591,22 +2594,28 @@ plain_lens(Walk *w, const uint8_t *plain)
     p->blob = w->blob;
     p->off = w->off;
     p->n_ranks = w->n_ranks;
-    /* (made once per grammar and vocabulary: not counted in a walk's work, which stays the
-     * same whatever the tables hold) */
-    for (Py_ssize_t r = 0; r < w->n_ranks; r++) {
-        const uint8_t *data = w->blob + w->off[r];
-        int64_t len = w->off[r + 1] - w->off[r], j = 0;
-        if (len > 255)
-            len = 255;
-        while (j < len && plain[data[j]])
-            j++;
-        p->len[r] = (uint8_t)j;
-    }
+    memset(p->len, PLAIN_UNKNOWN, (size_t)w->n_ranks);
     int at = t->next_plens;
     PyMem_Free(t->plens[at]);
     t->plens[at] = p;
     t->next_plens = (at + 1) % 4;
     return p->len;
+}
+
+/* token r's leading plain bytes (at most PLAIN_LONG), measured on first use */
+static inline int32_t
+plain_len(const Walk *w, uint8_t *lens, const uint8_t *plain, int32_t r)
+{
+    if (lens[r] == PLAIN_UNKNOWN) {
+        const uint8_t *data = w->blob + w->off[r];
+        int64_t len = w->off[r + 1] - w->off[r], j = 0;
+        if (len > PLAIN_LONG)
+            len = PLAIN_LONG;
+        while (j < len && plain[data[j]])
+            j++;
+        lens[r] = (uint8_t)j;
+    }
+    return lens[r];
 }
 
 /* whether stepping s (scans only) over any byte of `bytes[0..nb)` leads to one set: each
@@ -2679,17 +2688,18 @@ plain_run(Walk *w, Set *cur, int32_t *rs, int32_t n, int depth, int far, int mer
         return -1;
     }
     int32_t *order = e + n, longest = 0, some = 0;
-    const uint8_t *lens = plain_lens(w, plain);
+    uint8_t *lens = plain_lens(w, plain);
     if (!lens) {
         PyMem_Free(e);
         return -1;
     }
     w->work += n;
     for (int32_t x = 0; x < n; x++) {
-        int32_t len = (int32_t)(w->off[rs[x] + 1] - w->off[rs[x]]) - depth, j = 0, p = lens[rs[x]];
+        int32_t len = (int32_t)(w->off[rs[x] + 1] - w->off[rs[x]]) - depth, j = 0;
+        int32_t p = plain_len(w, lens, plain, rs[x]);
         if (len > RUN_MAX)
             len = RUN_MAX;
-        if (p >= depth && p < 255) {
+        if (p >= depth && p < PLAIN_LONG) {
             /* (its first `depth` bytes plain too: its plain prefix from here is known) */
             j = p - depth < len ? p - depth : len;
         } else {
@@ -2796,7 +2806,7 @@ plain_run(Walk *w, Set *cur, int32_t *rs, int32_t n, int depth, int far, int mer
                 w->work += k;
                 for (int32_t x = 0; x < k; x++) {
                     int32_t len = (int32_t)(w->off[g[x] + 1] - w->off[g[x]]);
-                    if (lens[g[x]] == len && len < 255 && len - (depth + i) <= room) {
+                    if (lens[g[x]] == len && len < PLAIN_LONG && len - (depth + i) <= room) {
                         if (ivec_push(&w->found, g[x]) < 0)
                             goto done;
                     } else {
