@@ -172,7 +172,7 @@ def main(argv=None) -> int:
     def cg_of(case):
         return adapter.compile(adapter.grammar_for(case.to_job(), opts.workload))
 
-    which = "slowest masks" if opts.between is None else f"masks of {opts.between[0]:,.0f}-{opts.between[1]:,.0f} µs"
+    which = "slowest masks" if opts.between is None else f"masks of {opts.between[0]:,g}-{opts.between[1]:,g} µs"
     print(f"# gramgen's {which}: {opts.workload} × {run['tokenizer']} "
           f"({results['meta']['command'].strip()}, gramgen {results['meta']['versions'].get('gramgen_git', '?')})\n")
     head = "| run µs | run gc µs | replay µs | classify µs (new states) | walk µs | walk work | steps | rest µs |"

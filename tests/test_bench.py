@@ -313,6 +313,29 @@ def test_why_slow_replays_the_slowest_mask_of_a_run(tmp_path, capsys):
     assert replay >= classify + walk >= 0
 
 
+
+def test_why_slow_between_samples_the_masks_of_a_time_band(tmp_path, capsys):
+    """--between LO HI replays masks that took between LO and HI µs in the run (the masks
+    around a percentile), not the slowest: here the only mask of 1.5-2.5 µs."""
+    from bench import why_slow
+    from bench.report import masks_between
+    from bench.workloads import QUICK, load_jsonschema
+
+    case = load_jsonschema(QUICK, 0).cases[0]
+    text = next(t for t in case.texts if t.expect)
+    run = _run("gramgen", [_case(case.id, texts=[_text(text.id, mask_ns=(1000, 2000, 9000, 3000))])],
+               tokenizer="gpt2")
+    assert [m[3] for m in masks_between(run, 0.5, 3.5, 10)] == [3, 1, 0]
+    meta = {"command": "python -m bench --workloads jsonschema --tokenizers gpt2", "versions": {}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"meta": meta, "runs": [run]}))
+    assert why_slow.main(["--results", str(path), "--between", "1.5", "2.5"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| 2 |")]
+    assert len(rows) == 1 and "masks of 1.5-2.5 µs" in out and "| 9 |" not in out
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[8] == case.id and cells[9] == "1"   # (no bounded column without --max-work)
+
 def test_gramgen_adapter_cold_or_warm_caches():
     """--gramgen-caches: cold (the default) empties gramgen's process caches before each
     compile; warm keeps what an earlier case left (and says so in its policy)."""
