@@ -2654,26 +2654,17 @@ static int
 plain_run(Walk *w, Set *cur, int32_t *rs, int32_t n, int depth, int far, int merged)
 {
     Tables *t = w->t;
-    /* the run's bytes: those every scan's chain takes */
+    /* the run's bytes: those every scan's chain takes, and every scan without a chain
+     * dies on */
     uint8_t plain[256], bytes[256];
     memset(plain, 1, 256);
     for (int32_t i = 0; i < cur->n_scans; i++) {
         const Chain *ch = state_chain(t, cur->scans[i].lexeme, cur->scans[i].state);
         if (!ch)
             return -1;
-        if (ch->room > 0)
-            for (int b = 0; b < 256; b++)
-                plain[b] &= ch->plain[b];
-    }
-    for (int32_t i = 0; i < cur->n_scans; i++) {
-        /* a scan without a chain must die on the run's bytes */
-        const Chain *ch = state_chain(t, cur->scans[i].lexeme, cur->scans[i].state);
-        if (ch->room > 0)
-            continue;
         const int32_t *row = t->lex[cur->scans[i].lexeme].trans + 256 * (size_t)cur->scans[i].state;
         for (int b = 0; b < 256; b++)
-            if (row[b] >= 0)
-                plain[b] = 0;
+            plain[b] &= ch->room > 0 ? ch->plain[b] : row[b] < 0;
     }
     int nb = 0;
     for (int b = 0; b < 256; b++)
@@ -2844,7 +2835,7 @@ walk(Walk *w, int32_t *rs, int32_t n, int depth, int far, int merged, int norun)
     if (!cur)
         return -1;
     allowed(cur);
-    if (w->fold && !norun && n >= RUN_MIN && !cur->n_items && !cur->pred && cur->n_scans) {
+    if (w->fold && !norun && n >= RUN_MIN) {
         int r = run_continues(w->t, cur, NULL, 0);
         if (r > 0)
             r = plain_run(w, cur, rs, n, depth, far, merged);

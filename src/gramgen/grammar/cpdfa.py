@@ -498,8 +498,8 @@ _SHARE_FROM = 4
 
 
 def _split_ranges(ranges: Ranges, by: Ranges) -> tuple[Ranges, Ranges]:
-    """(the part of ``ranges`` inside ``by``, the rest), for sorted, disjoint, not adjacent
-    ranges (and so are both parts)."""
+    """(the part of ``ranges`` inside ``by``, the rest), for normalized ranges (and so are
+    both parts)."""
     inside, rest = [], []
     for lo, hi in ranges:
         at = lo
@@ -517,17 +517,6 @@ def _split_ranges(ranges: Ranges, by: Ranges) -> tuple[Ranges, Ranges]:
         if at <= hi:
             rest.append((at, hi))
     return tuple(inside), tuple(rest)
-
-
-def _merged(ranges: list[tuple[int, int]]) -> Ranges:
-    """Sorted disjoint ranges with the adjacent ones merged."""
-    out = [ranges[0]]
-    for lo, hi in ranges[1:]:
-        if lo == out[-1][1] + 1:
-            out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return tuple(out)
 
 
 def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
@@ -555,8 +544,7 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
             cache[key] = label(key)
         return cache[key]
 
-    # (a state's edges are sorted and disjoint: so are those to one target)
-    merged = {key: _merged(ranges) if len(ranges) > 1 else tuple(ranges) for key, ranges in grouped.items()}
+    merged = {key: normalize_ranges(ranges) for key, ranges in grouped.items()}
     parts: dict[Ranges, tuple[Ranges, Ranges]] = {}   # (many edges have the same ranges)
     split = {}
     for key, ranges in merged.items():
