@@ -401,6 +401,57 @@ def test_native_encoder_equals_python(rxs):
     assert _encoded(rxs, True) == _encoded(rxs, False)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.recursive(_leaf, _extend, max_leaves=14), min_size=1, max_size=3))
+def test_native_regex_key_equals_frozen_key(rxs):
+    """The C key of the DFA cache (``_dfabuild.frozen_key``, via ``dfa.regex_key``) is
+    the tuple ``ir.frozen_key`` builds, with or without a memo shared by several roots;
+    keys of different regexes differ as theirs do."""
+    _native_module()
+    from gramgen.automata import _dfabuild
+    from gramgen.grammar.ir import Regex, frozen_key
+
+    rxs = rxs + [Seq((rxs[0], rxs[-1], rxs[0]))]  # subtrees shared by identity
+    memo_py, memo_c = {}, {}
+    keys = []
+    for rx in rxs:
+        want = frozen_key(rx)
+        assert _dfabuild.frozen_key(rx, None, Regex) == want
+        assert _dfabuild.frozen_key(rx, memo_c, Regex) == frozen_key(rx, memo_py) == want
+        keys.append(want)
+    for a, ka in zip(rxs, keys):
+        for b, kb in zip(rxs, keys):
+            assert (ka == kb) == (a == b)
+
+
+def test_native_regex_key_odd_nodes():
+    """Unhashable ranges raise TypeError, a subclass is keyed by its own name (as in
+    Python), a non-node is refused, and a tree nested too deeply raises RecursionError."""
+    _native_module()
+    from gramgen.automata import _dfabuild
+    from gramgen.grammar.ir import Regex, frozen_key
+
+    class MySeq(Seq):
+        pass
+
+    for rx in (MySeq((literal("ab"),)), Repeat(literal("x"), 0, None), Alt(()),
+               Automaton(2, 0, ((0, literal("a"), 1), (1, Seq(()), 0)), (1,))):
+        assert _dfabuild.frozen_key(rx, None, Regex) == frozen_key(rx)
+    assert _dfabuild.frozen_key(MySeq((literal("a"),)), None, Regex) != frozen_key(Seq((literal("a"),)))
+    for rx in (CharRanges([[97, 99]]), Seq((literal("a"), CharRanges([(1, 2)])))):
+        with pytest.raises(TypeError):
+            frozen_key(rx)
+        with pytest.raises(TypeError):
+            _dfabuild.frozen_key(rx, None, Regex)
+    with pytest.raises(TypeError):
+        _dfabuild.frozen_key("a", None, Regex)
+    deep = literal("a")
+    for _ in range(5000):
+        deep = Repeat(Seq((deep, literal("b"))), 0, 1)
+    with pytest.raises(RecursionError):
+        _dfabuild.frozen_key(deep, None, Regex)
+
+
 def test_native_encoder_odd_nodes():
     """Ranges given as lists (not hashable), subclasses of the node types, a non-node and
     a regex nested too deeply behave as in Python."""

@@ -1663,7 +1663,150 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------- frozen keys */
+
+/* frozen_key(rx, memo, base) -> what gramgen.grammar.ir.frozen_key(rx, memo) gives (equal
+ * tuples): a regex tree as nested tuples of its class name and fields, for the caches
+ * keyed by regexes. `base`: the Regex class (nodes are its instances); `memo`: None or a
+ * dict by id() of subtrees already keyed (the caller keeps the trees alive). A tuple field
+ * is rebuilt only where it holds nodes (a ranges tuple is kept as it is: equal either
+ * way). TypeError when the key is unhashable (ranges given as lists). */
+static PyObject *fk_fields;   /* type -> (class name, field names) */
+
+static PyObject *fk_node(PyObject *rx, PyObject *memo, PyTypeObject *base);
+
+static PyObject *
+fk_value(PyObject *v, PyObject *memo, PyTypeObject *base)
+{
+    if (PyObject_TypeCheck(v, base))
+        return fk_node(v, memo, base);
+    if (!PyTuple_Check(v)) {
+        Py_INCREF(v);
+        return v;
+    }
+    const Py_ssize_t n = PyTuple_GET_SIZE(v);
+    PyObject *out = NULL;
+    if (!PyTuple_CheckExact(v) && !(out = PyTuple_New(n)))
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(v, i);
+        PyObject *x = fk_value(item, memo, base);
+        if (!x) {
+            Py_XDECREF(out);
+            return NULL;
+        }
+        if (!out && x == item) {
+            Py_DECREF(x);
+            continue;
+        }
+        if (!out) {
+            if (!(out = PyTuple_New(n))) {
+                Py_DECREF(x);
+                return NULL;
+            }
+            for (Py_ssize_t j = 0; j < i; j++) {
+                PyObject *same = PyTuple_GET_ITEM(v, j);
+                Py_INCREF(same);
+                PyTuple_SET_ITEM(out, j, same);
+            }
+        }
+        PyTuple_SET_ITEM(out, i, x);
+    }
+    if (!out) {
+        Py_INCREF(v);
+        return v;
+    }
+    return out;
+}
+
+static PyObject *
+fk_node(PyObject *rx, PyObject *memo, PyTypeObject *base)
+{
+    PyObject *id = NULL, *out = NULL;
+    if (memo != Py_None) {
+        if (!(id = PyLong_FromVoidPtr(rx)))
+            return NULL;
+        PyObject *found = PyDict_GetItemWithError(memo, id);  /* borrowed */
+        if (found || PyErr_Occurred()) {
+            Py_XINCREF(found);
+            Py_DECREF(id);
+            return found;
+        }
+    }
+    PyObject *type = (PyObject *)Py_TYPE(rx);
+    PyObject *spec = PyDict_GetItemWithError(fk_fields, type);  /* borrowed */
+    if (!spec) {
+        if (PyErr_Occurred())
+            goto done;
+        PyObject *name = PyObject_GetAttrString(type, "__name__");
+        PyObject *fields = name ? PyObject_GetAttrString(type, "__dataclass_fields__") : NULL;
+        PyObject *names = fields ? PySequence_Tuple(fields) : NULL;
+        PyObject *made = names ? PyTuple_Pack(2, name, names) : NULL;
+        Py_XDECREF(name);
+        Py_XDECREF(fields);
+        Py_XDECREF(names);
+        if (!made)
+            goto done;
+        int bad = PyDict_SetItem(fk_fields, type, made);
+        Py_DECREF(made);
+        if (bad || !(spec = PyDict_GetItemWithError(fk_fields, type)))
+            goto done;
+    }
+    PyObject *names = PyTuple_GET_ITEM(spec, 1);
+    const Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (Py_EnterRecursiveCall(" while keying a regex"))
+        goto done;
+    out = PyTuple_New(n + 1);
+    if (out) {
+        PyObject *cls_name = PyTuple_GET_ITEM(spec, 0);
+        Py_INCREF(cls_name);
+        PyTuple_SET_ITEM(out, 0, cls_name);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyObject_GetAttr(rx, PyTuple_GET_ITEM(names, i));
+            PyObject *x = v ? fk_value(v, memo, base) : NULL;
+            Py_XDECREF(v);
+            if (!x) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyTuple_SET_ITEM(out, i + 1, x);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    if (out && id && PyDict_SetItem(memo, id, out) < 0)
+        Py_CLEAR(out);
+done:
+    Py_XDECREF(id);
+    return out;
+}
+
+static PyObject *
+frozen_key(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *rx, *memo, *base;
+    if (!PyArg_ParseTuple(args, "OOO!", &rx, &memo, &PyType_Type, &base))
+        return NULL;
+    if (memo != Py_None && !PyDict_Check(memo)) {
+        PyErr_SetString(PyExc_TypeError, "frozen_key: memo must be a dict or None");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(rx, (PyTypeObject *)base)) {
+        PyErr_Format(PyExc_TypeError, "not a regex node: %R", rx);
+        return NULL;
+    }
+    if (!fk_fields && !(fk_fields = PyDict_New()))
+        return NULL;
+    PyObject *out = fk_node(rx, memo, (PyTypeObject *)base);
+    if (out && PyObject_Hash(out) == -1)
+        Py_CLEAR(out);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"frozen_key", frozen_key, METH_VARARGS,
+     "frozen_key(rx, memo, base) -> gramgen.grammar.ir.frozen_key(rx, memo) (an equal tuple), in C;"
+     " base is the Regex class. TypeError when unhashable."},
     {"canonical_form", canonical_form, METH_VARARGS,
      "canonical_form(table, acc, state, max_states) -> the future of state (reachable part, numbered"
      " breadth-first) as bytes, equal for states with isomorphic futures; None past max_states states."},

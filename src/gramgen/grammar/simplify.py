@@ -101,7 +101,7 @@ def alt(items: Iterable[Regex]) -> Regex:
     has_empty = False
     for it in items:
         for sub in (it.items if isinstance(it, Alt) else (it,)):
-            if sub == EMPTY:
+            if sub.__class__ is Seq and not sub.items:   # EMPTY (without hashing sub)
                 has_empty = True
             elif isinstance(sub, CharRanges):
                 if char_at < 0:

@@ -17,7 +17,7 @@ import gramgen.grammar.cpdfa as cpdfa
 
 from ..._lru import cleared_with_all
 from ...errors import GrammarError
-from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, literal, normalize_ranges
+from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, char, literal, normalize_ranges
 from ..regex import ANCHOR_MARKERS, PatternError, parse_regex, translate_ecma
 from ..regex import intersect_ranges as _intersect
 from ..simplify import alt, seq
@@ -76,7 +76,10 @@ def json_char(ranges: Ranges) -> Regex:
     controls, and ``\\u00XX`` (either hex case) for the other controls. Escapes of
     characters that may stand raw (``\\u00e9``, ``\\/``) are not generated: one spelling
     per character keeps string automata small (documented over-constraint)."""
-    return _json_char(normalize_ranges(ranges))
+    try:
+        return _json_char(ranges)
+    except TypeError:  # ranges given as lists
+        return _json_char(normalize_ranges(ranges))
 
 
 #: (each entry is a small regex tree that the garbage collector tracks: a few hundred
@@ -84,10 +87,27 @@ def json_char(ranges: Ranges) -> Regex:
 @cleared_with_all
 @functools.lru_cache(maxsize=512)
 def _json_char(ranges: tuple) -> Regex:
-    parts: list[Regex] = []
+    ranges = normalize_ranges(ranges)
     raw = _intersect(ranges, _RAW_OK)
-    if raw:
-        parts.append(CharRanges(raw))
+    escaped = _intersect(ranges, _NEEDS_ESCAPE)
+    if not escaped:
+        return CharRanges(raw) if raw else NOTHING
+    if not raw:
+        return _escapes(escaped)
+    return alt([CharRanges(raw), _escapes(escaped)])
+
+
+_NEEDS_ESCAPE: Ranges = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
+"""The characters JSON never spells raw: controls, ``"`` and ``\\``."""
+
+
+@cleared_with_all
+@functools.lru_cache(maxsize=64)
+def _escapes(ranges: tuple) -> Regex:
+    """The escaped spellings of the characters in ``ranges`` (within :data:`_NEEDS_ESCAPE`):
+    the escape part of many classes is the same (every control and ``"`` and ``\\``,
+    in the "any other character" edges of a key's automaton), built once."""
+    parts: list[Regex] = []
     for cp, letter in _SHORT_ESCAPES.items():
         if cp != 0x2F and _intersect(ranges, ((cp, cp),)):
             parts.append(literal("\\" + letter))
@@ -111,7 +131,13 @@ def spelled(dfa: cpdfa.CodepointDFA) -> Regex:
 
 def string_literal(value: str) -> Regex:
     """All spellings of exactly this decoded string."""
-    return quoted(seq([json_char(((ord(c), ord(c)),)) for c in value]))
+    return quoted(seq([char(c) if _raw_ok(c) else json_char(((ord(c), ord(c)),)) for c in value]))
+
+
+def _raw_ok(c: str) -> bool:
+    """Whether JSON spells ``c`` raw only (:func:`json_char` of it is ``c`` itself)."""
+    o = ord(c)
+    return 0x20 <= o < 0xD800 and o != 0x22 and o != 0x5C or o >= 0xE000
 
 
 # ------------------------------------------------------------------ ECMA-262 patterns
