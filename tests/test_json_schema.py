@@ -134,6 +134,45 @@ def test_array_bounds_cost_log_rules(schema):
         assert not accepts(cg, compact([True, "a"] + [None] * lo))
 
 
+_NAME_CHARS = ["a", "b", "c", "\x00", '"', "\\", "\u00e9", "\u4e2d", "\U0001F600", "\ud800",
+               "\ue000", "\U0010FFFF", "\ud7ff"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_declared_names_and_all_but_them_as_automata(seed):
+    """``cpdfa.words_dfa`` (the trie of an object's declared names) and ``cpdfa.all_but``
+    (every name but those, built from the trie in one pass) recognize what the
+    subset construction of the names' alternation and its difference from every string
+    recognize: equal languages (both differences empty) and equal verdicts on names, their
+    prefixes and extensions; lone surrogates and the empty name included."""
+    from gramgen.grammar.ir import EMPTY, CharRanges, Repeat, literal
+    from gramgen.grammar.simplify import alt
+
+    rng = random.Random(seed)
+    every = cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), 0, None))
+    for _ in range(60):
+        words = sorted({"".join(rng.choice(_NAME_CHARS) for _ in range(rng.randint(0, 4)))
+                        for _ in range(rng.randint(0, 6))})
+        trie, but = cpdfa.words_dfa(words), cpdfa.all_but(words)
+        if words:
+            ref = cpdfa.from_regex(alt([literal(w) if w else EMPTY for w in words]))
+            ref_but = cpdfa.difference(every, ref)
+            for a, b in ((trie, ref), (ref, trie), (but, ref_but), (ref_but, but)):
+                assert cpdfa.difference(a, b).is_empty()
+        else:
+            assert trie.is_empty()
+            assert cpdfa.difference(every, but).is_empty() and cpdfa.difference(but, every).is_empty()
+        for _ in range(40):
+            text = "".join(rng.choice(_NAME_CHARS) for _ in range(rng.randint(0, 5)))
+            if words and rng.random() < 0.5:
+                text = rng.choice(words)[:rng.randint(0, 5)] + rng.choice(["", *_NAME_CHARS])
+            assert trie.matches(text) == (text in words)
+            assert but.matches(text) == (text not in words and not any(0xD800 <= ord(c) <= 0xDFFF for c in text))
+        for d in (trie, but):  # edges sorted, disjoint, within the code points
+            for out in d.edges:
+                assert all(lo <= hi for lo, hi, _ in out)
+                assert all(a[1] < b[0] for a, b in zip(out, out[1:]))
+
 def test_schema_numbers_through_the_matcher():
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
         {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2, "multipleOf": 0.5}, whitespace="compact"), BYTE_VOCAB)

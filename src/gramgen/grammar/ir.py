@@ -167,6 +167,19 @@ NOTHING = Alt(())
 
 def normalize_ranges(ranges) -> tuple[tuple[int, int], ...]:
     """Sort and merge inclusive ranges."""
+    if type(ranges) is tuple:
+        # already normal (sorted, disjoint, not adjacent: what most callers pass, from an
+        # automaton's edges or an earlier normalization): returned as it is
+        prev = -2
+        for r in ranges:
+            if type(r) is not tuple or len(r) != 2:
+                break
+            lo, hi = r
+            if type(lo) is not int or type(hi) is not int or lo <= prev + 1 or hi < lo:
+                break
+            prev = hi
+        else:
+            return ranges
     out: list[list[int]] = []
     for lo, hi in sorted((int(a), int(b)) for a, b in ranges if a <= b):
         if out and lo <= out[-1][1] + 1:

@@ -1391,7 +1391,7 @@ class SchemaCompiler:
                 continue
             entries.append((name, sym, name in required))
         # keys beyond the declared ones
-        declared_dfa = cpdfa.from_regex(alt([literal(n) if n else EMPTY for n in declared])) if declared else None
+        declared_dfa = cpdfa.words_dfa(declared) if declared else None
         extra_kinds = []  # (key automaton, value schema)
         covered = None
         for key, matched in self._key_regions([d for _, d, _ in pattern_dfas], node):
@@ -1411,9 +1411,7 @@ class SchemaCompiler:
             schema = constraints[0] if len(constraints) == 1 else self.merge(constraints, node, 1)
             extra_kinds.append((key, schema))
         if additional is not False:
-            key = _ANY_NAME()
-            if declared_dfa is not None:
-                key = cpdfa.difference(key, declared_dfa)
+            key = cpdfa.all_but(declared)
             if covered is not None:
                 key = cpdfa.difference(key, covered)
             if names_dfa is not None:
