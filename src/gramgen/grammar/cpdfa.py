@@ -610,7 +610,10 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
             cache[key] = label(key)
         return cache[key]
 
-    merged = {key: normalize_ranges(ranges) for key, ranges in grouped.items()}
+    # (a state's edges are sorted: a group is in order, most often one range or ranges
+    # apart, which normalize_ranges returns as they are)
+    merged = {key: (ranges[0],) if len(ranges) == 1 else normalize_ranges(tuple(ranges))
+              for key, ranges in grouped.items()}
     parts: dict[Ranges, tuple[Ranges, Ranges]] = {}   # (many edges have the same ranges)
     split = {}
     for key, ranges in merged.items():
