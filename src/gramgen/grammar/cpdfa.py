@@ -258,7 +258,7 @@ def _universal_states(nfa: _NFA, final: int, limit: int = 2_000) -> frozenset[in
         changed = False
         for s in list(universal):
             covered = normalize_ranges([(lo, hi) for x in closure(s) for lo, hi, t in nfa.edges[x]
-                                        if closure(t) & universal])
+                                        if not closure(t).isdisjoint(universal)])
             if not _covers(covered, ANY_CHAR):
                 universal.discard(s)
                 changed = True
