@@ -39,7 +39,6 @@ except ImportError:  # built without a C compiler: the Python pipeline below
 NATIVE = _dfabuild is not None and os.environ.get("GRAMGEN_NATIVE", "1") != "0"
 
 
-
 def regex_key(rx: Regex, memo: dict | None = None) -> tuple:
     """:func:`gramgen.grammar.ir.frozen_key` (an equal tuple), in C when the native builder
     is there: keying the lexemes of a compile in Python took a tenth of it."""

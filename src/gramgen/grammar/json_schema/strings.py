@@ -137,7 +137,7 @@ def string_literal(value: str) -> Regex:
 def _raw_ok(c: str) -> bool:
     """Whether JSON spells ``c`` raw only (:func:`json_char` of it is ``c`` itself)."""
     o = ord(c)
-    return 0x20 <= o < 0xD800 and o != 0x22 and o != 0x5C or o >= 0xE000
+    return (0x20 <= o < 0xD800 and o != 0x22 and o != 0x5C) or o >= 0xE000
 
 
 # ------------------------------------------------------------------ ECMA-262 patterns
