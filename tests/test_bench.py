@@ -313,7 +313,6 @@ def test_why_slow_replays_the_slowest_mask_of_a_run(tmp_path, capsys):
     assert replay >= classify + walk >= 0
 
 
-
 def test_why_slow_between_samples_the_masks_of_a_time_band(tmp_path, capsys):
     """--between LO HI replays masks that took between LO and HI µs in the run (the masks
     around a percentile), not the slowest: here the only mask of 1.5-2.5 µs."""
@@ -335,6 +334,7 @@ def test_why_slow_between_samples_the_masks_of_a_time_band(tmp_path, capsys):
     assert len(rows) == 1 and "masks of 1.5-2.5 µs" in out and "| 9 |" not in out
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert cells[8] == case.id and cells[9] == "1"   # (no bounded column without --max-work)
+
 
 def test_gramgen_adapter_cold_or_warm_caches():
     """--gramgen-caches: cold (the default) empties gramgen's process caches before each

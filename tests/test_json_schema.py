@@ -173,6 +173,7 @@ def test_declared_names_and_all_but_them_as_automata(seed):
                 assert all(lo <= hi for lo, hi, _ in out)
                 assert all(a[1] < b[0] for a, b in zip(out, out[1:]))
 
+
 def test_schema_numbers_through_the_matcher():
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(
         {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2, "multipleOf": 0.5}, whitespace="compact"), BYTE_VOCAB)

@@ -440,7 +440,10 @@ def all_but(words) -> CodepointDFA:
         mine: Edges = []
         at_range = 0
         lo, hi = ANY_CHAR[0]
-        for c, _, t in out:   # the children, ascending: cut each out of the ranges
+        # the children, ascending, cut out of ANY_CHAR in one pass: what
+        # _split_ranges(ANY_CHAR, children) and a sort would give, but all_but of 300
+        # names takes 7.5 ms this way and 24 ms that way
+        for c, _, t in out:
             while c > hi:
                 if lo <= hi:
                     mine.append((lo, hi, free))
