@@ -33,6 +33,18 @@ def _random_regex(rng: random.Random, depth: int = 0) -> str:
             "opt": f"(?:{a})?", "rep": f"(?:{a}){{1,3}}"}[kind]
 
 
+IGNORED_GRAMMAR = r"""
+start: stmt+
+stmt: NAME "=" expr ";" | "if" "(" expr ")" "{" stmt* "}" | "return" expr? ";"
+expr: term (("+" | "-" | "<" | "<=") term)*
+term: NAME | NUMBER | "(" expr ")" | NAME "(" [expr ("," expr)*] ")"
+NAME: /[a-z_][a-z0-9_]*/
+NUMBER: /[0-9]+/
+COMMENT: /#[^\n]*/ | /\/\*[^*]*\*+([^\/*][^*]*\*+)*\//
+%ignore /[ \t\n]+/
+%ignore COMMENT
+"""
+
 GRAMMAR_SOURCES = {
     "json.lark": lambda: gramgen.Grammar.builtin("json"),
     "python_subset.lark": lambda: gramgen.Grammar.builtin("python_subset"),
@@ -45,6 +57,9 @@ GRAMMAR_SOURCES = {
         "type": "object", "properties": {"a": {"type": "string", "maxLength": 300},
                                          "b": {"type": ["string", "null"], "minLength": 70, "maxLength": 2000}},
         "required": ["b"], "additionalProperties": False}),
+    # ignored whitespace and comments between words, keywords that are also names: the
+    # exits of ignored lexemes decided without the parser (TokenClasses.ignored_exits)
+    "ignored-ws-comments": lambda: gramgen.Grammar.from_lark(IGNORED_GRAMMAR),
     "regex": lambda: gramgen.Grammar.from_regex(
         "(?:" + "|".join(_random_regex(random.Random(s)) for s in range(4)) + ")+"),
 }

@@ -3067,6 +3067,173 @@ done:
     return out;
 }
 
+/* ignored_exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes)
+ *
+ * For the tokens `ranks` read from state q of the ignored lexeme k, where k ends inside
+ * the token (k accepts after some of its bytes, and the rest is read from each lexeme's
+ * start): the lexemes that read the rest to its end alive (A), and those that accept
+ * inside the rest before a byte that may follow them (E). Each token's pair of sets is
+ * one class: class_of (bytes of int32, one per rank) names it;
+ * classes (bytes of uint64, 2 W words per class, W = ceil(n_lex / 64): A, then E) holds
+ * them. Where the parser resumes after k with the lexemes S starting, a token whose A
+ * meets S is taken whole, and one whose A and E both miss S is not taken on this scan's
+ * paths: neither needs a parser step (see TokenClasses.ignored_exit_words). */
+static PyObject *
+tables_ignored_exit_classes(Tables *t, PyObject *args)
+{
+    int k, q;
+    PyObject *ranks_o, *blob_o, *off_o;
+    if (!PyArg_ParseTuple(args, "iiOOO", &k, &q, &ranks_o, &blob_o, &off_o))
+        return NULL;
+    if (k < 0 || k >= t->n_lex || q < 0 || q >= t->lex[k].n_states) {
+        PyErr_SetString(PyExc_ValueError, "ignored_exit_classes: no such lexeme state");
+        return NULL;
+    }
+    const size_t W1 = ((size_t)t->n_lex + 63) / 64, W = 2 * W1;
+    Py_buffer bb = {0}, ob = {0};
+    int32_t *rs = NULL, *class_of = NULL, *by_first = NULL, *slot = NULL;
+    uint64_t *classes = NULL, *bits = NULL;
+    Py_ssize_t n = 0, n_cls = 0, cap_cls = 0;
+    size_t n_slot = 0;
+    PyObject *out = NULL;
+    int32_t first_at[257];
+    if (PyObject_GetBuffer(blob_o, &bb, PyBUF_C_CONTIGUOUS) < 0)
+        goto done;
+    if (PyObject_GetBuffer(off_o, &ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        goto done;
+    if (ob.itemsize != 8 || bb.itemsize != 1) {
+        PyErr_SetString(PyExc_ValueError, "blob: uint8, offsets: int64");
+        goto done;
+    }
+    const uint8_t *blob = bb.buf;
+    const int64_t *off = ob.buf;
+    Py_ssize_t n_ranks = ob.len / 8 - 1;
+    if (!(rs = rank_array(ranks_o, &n)))
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (rs[i] < 0 || rs[i] >= n_ranks || off[rs[i] + 1] > bb.len || off[rs[i]] > off[rs[i] + 1]) {
+            PyErr_SetString(PyExc_ValueError, "ranks: out of range");
+            goto done;
+        }
+    /* per first byte, the lexemes that can start with it */
+    if (!(by_first = PyMem_Malloc(((size_t)t->n_lex * 256 + 1) * sizeof(int32_t))) ||
+        !(bits = PyMem_Malloc(W * sizeof(uint64_t))) ||
+        !(class_of = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        int32_t m = 0;
+        for (int b = 0; b < 256; b++) {
+            first_at[b] = m;
+            for (int32_t L = 0; L < t->n_lex; L++)
+                if (t->lex[L].n_states && t->lex[L].trans[b] >= 0)
+                    by_first[m++] = L;
+        }
+        first_at[256] = m;
+    }
+    const Lex *K = &t->lex[k];
+    const uint64_t *follow = t->follow + 4 * (size_t)k;
+    int32_t last = -1;   /* the class of the token before (neighbours in byte order often agree) */
+    for (Py_ssize_t x = 0; x < n; x++) {
+        const uint8_t *data = blob + off[rs[x]];
+        int32_t len = (int32_t)(off[rs[x] + 1] - off[rs[x]]);
+        memset(bits, 0, W * sizeof(uint64_t));
+        int32_t s = q;
+        for (int32_t i = 0; i + 1 < len; i++) {
+            s = K->trans[256 * (size_t)s + data[i]];
+            if (s < 0)
+                break;
+            int c = data[i + 1];
+            if (!K->accept[s] || !has_byte(follow, c))
+                continue;
+            /* k ends after byte i: which lexemes read the rest data[i + 1 ..] to its end
+             * (A), which accept inside it before a byte that may follow them (E) */
+            for (int32_t f = first_at[c]; f < first_at[c + 1]; f++) {
+                int32_t L = by_first[f];
+                if (bits[L >> 6] >> (L & 63) & 1)
+                    continue;   /* in A already: then E does not matter */
+                const int32_t *tr = t->lex[L].trans;
+                const uint8_t *acc = t->lex[L].accept;
+                const uint64_t *fl = t->follow + 4 * (size_t)L;
+                int32_t u = tr[c];
+                for (int32_t y = i + 2; y < len && u >= 0; y++) {
+                    if (acc[u] && has_byte(fl, data[y]))
+                        bits[W1 + (L >> 6)] |= (uint64_t)1 << (L & 63);
+                    u = tr[256 * (size_t)u + data[y]];
+                }
+                if (u >= 0)
+                    bits[L >> 6] |= (uint64_t)1 << (L & 63);
+            }
+        }
+        if (last >= 0 && !memcmp(classes + W * (size_t)last, bits, W * sizeof(uint64_t))) {
+            class_of[x] = last;
+            continue;
+        }
+        /* the class of this pair of sets: interned in an open-addressing table of class ids */
+        uint64_t h = 1469598103934665603ULL;
+        for (size_t w = 0; w < W; w++)
+            h = (h ^ bits[w]) * 1099511628211ULL;
+        if ((size_t)(n_cls + 1) * 2 > n_slot) {
+            size_t ns = n_slot ? 2 * n_slot : 64;
+            int32_t *sl = PyMem_Malloc(ns * sizeof(int32_t));
+            if (!sl) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            for (size_t i = 0; i < ns; i++)
+                sl[i] = -1;
+            for (Py_ssize_t c2 = 0; c2 < n_cls; c2++) {
+                uint64_t h2 = 1469598103934665603ULL;
+                for (size_t w = 0; w < W; w++)
+                    h2 = (h2 ^ classes[W * (size_t)c2 + w]) * 1099511628211ULL;
+                size_t p = hmix(h2) & (ns - 1);
+                while (sl[p] >= 0)
+                    p = (p + 1) & (ns - 1);
+                sl[p] = (int32_t)c2;
+            }
+            PyMem_Free(slot);
+            slot = sl;
+            n_slot = ns;
+        }
+        size_t p = hmix(h) & (n_slot - 1);
+        int32_t found = -1;
+        for (; slot[p] >= 0; p = (p + 1) & (n_slot - 1))
+            if (!memcmp(classes + W * (size_t)slot[p], bits, W * sizeof(uint64_t))) {
+                found = slot[p];
+                break;
+            }
+        if (found < 0) {
+            if (grow((void **)&classes, &cap_cls, (n_cls + 1) * (Py_ssize_t)W, sizeof(uint64_t), 16 * (Py_ssize_t)W) < 0)
+                goto done;
+            memcpy(classes + W * (size_t)n_cls, bits, W * sizeof(uint64_t));
+            found = (int32_t)n_cls++;
+            slot[p] = found;
+        }
+        class_of[x] = last = found;
+    }
+    {
+        PyObject *a = PyBytes_FromStringAndSize((const char *)class_of, n * (Py_ssize_t)sizeof(int32_t));
+        PyObject *b = PyBytes_FromStringAndSize((const char *)classes, n_cls * (Py_ssize_t)(W * sizeof(uint64_t)));
+        if (a && b)
+            out = PyTuple_Pack(2, a, b);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+done:
+    PyMem_Free(rs);
+    PyMem_Free(class_of);
+    PyMem_Free(by_first);
+    PyMem_Free(bits);
+    PyMem_Free(slot);
+    PyMem_Free(classes);
+    if (bb.obj)
+        PyBuffer_Release(&bb);
+    if (ob.obj)
+        PyBuffer_Release(&ob);
+    return out;
+}
+
 /* ---------------------------------------------------------------------------------------
  * signatures (see ParserTables.signature_of)
  */
@@ -3389,6 +3556,9 @@ static PyMethodDef tables_methods[] = {
      "signature_of(set, j, sig_of): ParserTables.signature_of; sig_of: the chart or a callable"},
     {"try_texts", (PyCFunction)tables_try_texts, METH_VARARGS,
      "try_texts(chart, texts) -> bytes: 1 where the parser takes every byte of the text"},
+    {"ignored_exit_classes", (PyCFunction)tables_ignored_exit_classes, METH_VARARGS,
+     "ignored_exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes): the lexemes each token's rest "
+     "stays inside after the ignored lexeme k (from state q) ends in it"},
     {"walk_exits", (PyCFunction)tables_walk_exits, METH_VARARGS,
      "walk_exits(chart, far, ranks, blob, offsets, remember=1, fold=1, limit=-1) -> (found, beyond, steps, work) or None"},
     {NULL}

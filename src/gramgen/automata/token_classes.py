@@ -81,6 +81,10 @@ class TokenClasses:
         self._agreement_cap = next((d for d in range(len(longer)) if longer[d] * self.AGREEMENT_TAIL
                                     <= len(token_table.sorted_bytes)), token_table.max_len)
         self._probes: dict = {}  # (lexeme, lexeme) -> the bytes their agreement tries
+        #: (ignored lexeme, state) -> its exit tokens by what their rests stay inside
+        #: (see :meth:`ignored_exit_words`), and (lexeme, state, lexemes) -> their words
+        self._ignored_classes: dict = {}
+        self._ignored_words: dict = {}
         self._lock = threading.Lock()
 
     def lexeme_tokens(self, lexeme: int, state: int) -> LexemeTokens:
@@ -235,6 +239,114 @@ class TokenClasses:
         exits = near.exits & short_ranks
         set_bits(exits, long[may_end & ~alive_end])
         return LexemeTokens(inside=inside, exits=exits, n_exits=bitmask.count(exits))
+
+    #: whether the exits of ignored lexemes are decided without the parser where they can
+    #: be (see :meth:`ignored_exits`; off: the parser's walk decides every exit token)
+    IGNORED_EXITS = True
+
+    def ignores_by_starts(self) -> bool:
+        """Whether :meth:`ignored_exits` applies to this grammar: it has ignored lexemes
+        and no split lexemes (whose items an ignored lexeme does not resume), and the
+        native tables are built."""
+        tables = self.tables
+        return bool(self.IGNORED_EXITS and tables.ignore_lexemes and not tables.any_glued
+                    and tables.native is not None)
+
+    def precompute_ignored(self) -> None:
+        """Classify the states of the ignored lexemes now, and their exit tokens by what
+        their rests stay inside (:meth:`ignored_exits`): whitespace is met at the first
+        masks of nearly every text, where this would cost a few milliseconds."""
+        if not self.ignores_by_starts():
+            return
+        for k in self.tables.ignore_lexemes:
+            for q in range(self.tables.lex_dfas[k].n_states):
+                if self.lexeme_tokens(k, q).n_exits:
+                    self._ignored_exit_classes(k, q)
+
+    #: most (ignored lexeme, state, lexemes) entries kept by :meth:`ignored_exits`
+    IGNORED_ENTRIES = 4096
+    #: an ignored lexeme state's class of at least this many exit tokens is kept as masks
+    IGNORED_BIG_CLASS = 1024
+
+    def ignored_exits(self, lexeme: int, state: int, starts: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The exit tokens of the ignored ``lexeme`` in ``state`` decided without the
+        parser where, once it has ended, the lexemes ``starts`` (a bit per lexeme) start:
+        (the tokens taken, packed by token id; the exits left undecided, packed by rank
+        like ``LexemeTokens.exits``). None without the native tables.
+
+        An ignored lexeme that ends resumes the items of the set where it started, which
+        start exactly the lexemes that started there (``starts``, in a grammar without
+        split lexemes: the caller checks). After it ends inside a token, the rest is read
+        from those lexemes' starts: if one reads it to its end alive, the token is taken
+        (no parser step); if each dies in it without ending before a byte that may follow
+        it, no parse goes on this way. Only a rest that ends one of them is left to the
+        parser. So the answer depends on the lexeme state and ``starts`` alone:
+        whitespace before a word of a programming language is most of a large vocabulary,
+        which the parser's walk would otherwise go through at every mask."""
+        key = (lexeme, state, starts)
+        found = self._ignored_words.get(key)
+        if found is not None:
+            return found
+        classes = self._ignored_exit_classes(lexeme, state)
+        if classes is None:
+            return None
+        ranks, class_of, class_bits, big = classes
+        tt = self.token_table
+        n_words = class_bits.shape[1] // 2
+        wanted = np.array([(starts >> (64 * w)) & 0xFFFF_FFFF_FFFF_FFFF for w in range(n_words)], dtype=np.uint64)
+        taken = (class_bits[:, :n_words] & wanted).any(axis=1)
+        open_ = ~taken & (class_bits[:, n_words:] & wanted).any(axis=1)
+        words = np.zeros(tt.n_words, dtype=np.uint32)
+        undecided = np.zeros_like(self.lexeme_tokens(lexeme, state).exits)
+        for c, (id_words, rank_words) in big.items():
+            if taken[c]:
+                words |= id_words
+            elif open_[c]:
+                undecided |= rank_words
+        set_bits(words, ranks[taken[class_of]], tt.rank_to_id)
+        set_bits(undecided, ranks[open_[class_of]])
+        found = (words, undecided)
+        with self._lock:
+            if len(self._ignored_words) >= self.IGNORED_ENTRIES:
+                self._ignored_words = {}  # a reader holding the old dict still reads correct values
+            self._ignored_words[key] = found
+        return found
+
+    def _ignored_exit_classes(self, lexeme: int, state: int):
+        """The exit tokens of an ignored lexeme state (ranks), each one's class (an index
+        into the classes: uint64 words per class, the lexemes that read its rest alive,
+        then those that end inside it; see ``_earley.Tables.ignored_exit_classes``); None
+        without the native tables."""
+        key = (lexeme, state)
+        found = self._ignored_classes.get(key)
+        if found is None:
+            native = self.tables.native
+            if native is None:
+                return None
+            tt = self.token_table
+            lt = self.lexeme_tokens(lexeme, state)
+            ranks = bitmask.positions(lt.exits, len(tt.sorted_bytes))
+            class_of, bits = native.ignored_exit_classes(lexeme, state, ranks, tt.blob, tt.offsets)
+            class_of = np.frombuffer(class_of, dtype=np.int32)
+            n_words = 2 * ((len(self.tables.lex_dfas) + 63) // 64)
+            class_bits = np.frombuffer(bits, dtype=np.uint64).reshape(-1, n_words)
+            # the classes of many tokens (a space and a word) as masks, OR-ed whole; the
+            # other tokens are set one by one
+            sizes = np.bincount(class_of, minlength=len(class_bits))
+            is_big = sizes >= self.IGNORED_BIG_CLASS
+            big = {}
+            for c in np.flatnonzero(is_big):
+                members = ranks[class_of == c]
+                id_words = np.zeros(tt.n_words, dtype=np.uint32)
+                set_bits(id_words, members, tt.rank_to_id)
+                rank_words = np.zeros_like(lt.exits)
+                set_bits(rank_words, members)
+                big[int(c)] = (id_words, rank_words)
+            small = ~is_big[class_of]
+            found = (ranks[small], class_of[small], class_bits, big)
+            with self._lock:
+                self._ignored_classes[key] = found
+        return found
 
     def _drop_hopeless_exits(self, found: LexemeTokens, lexeme: int, state: int) -> LexemeTokens:
         """Exit tokens whose rest cannot be cut into lexemes that may follow one another

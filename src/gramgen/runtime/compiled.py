@@ -87,6 +87,10 @@ class CompiledGrammar:
             precompute = sum(d.n_states for d in self.tables.lex_dfas) <= self.AUTO_PRECOMPUTE_STATES
         if precompute:
             self.classes.precompute()
+        if options.precompute is not False:
+            # (the ignored lexemes' states: whitespace is met at the first masks of nearly
+            # every text; with precompute=False those too are classified on first use)
+            self.classes.precompute_ignored()
 
     def matcher(self) -> Matcher:
         """A fresh :class:`~gramgen.Matcher` at the start of the language (an
@@ -161,6 +165,7 @@ class CompiledGrammar:
     def precompute(self) -> None:
         """Classify the vocabulary for every lexeme state now instead of on first use."""
         self.classes.precompute()
+        self.classes.precompute_ignored()
 
     def inside_neighbours(self, context) -> tuple:
         """The (lexeme states, mask) of recent positions inside lexemes with this parser
