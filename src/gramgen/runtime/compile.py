@@ -24,6 +24,9 @@ class CompileOptions:
         each state on first use, during the first masks of a generation; None: at compile
         time only when the lexemes have at most
         :attr:`CompiledGrammar.AUTO_PRECOMPUTE_STATES` DFA states in all (JSON has 56).
+        The states of ``%ignore``'d lexemes, and their exit tokens by what follows them, are
+        classified at compile time unless ``precompute`` is False (a few ms at 128k tokens;
+        whitespace is met at the first masks of nearly every text).
     max_dfa_states : int, default 10_000
         The most states the DFA of one lexeme may have (at least 1). A lexeme that needs
         more is rewritten as rules over smaller lexemes with the same language
