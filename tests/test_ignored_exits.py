@@ -99,3 +99,23 @@ def test_ignored_exit_classes_by_rest():
     assert alive[0] == {"NAME", "INT"} and alive[1] == {"NAME", "RETURN"} and alive[2] == {"NAME"}
     assert alive[3] == {"LPAR"} and not ended[3]
     assert not alive[4] and ended[4] == {"LPAR"}   # "(" ends before ")": the parser decides
+
+
+def test_native_ignored_exit_classes_rejects_bad_arguments():
+    on, _, _ = _compiled_pair("c.lark", "gpt2")
+    tables, tt = on.tables, on.token_table
+    k = tables.ignore_lexemes[0]
+    native = tables.native
+    ok = np.array([0, 1], dtype=np.int64)
+    with pytest.raises(ValueError, match="no such lexeme state"):
+        native.ignored_exit_classes(k, tables.lex_dfas[k].n_states, ok, tt.blob, tt.offsets)
+    with pytest.raises(ValueError, match="no such lexeme state"):
+        native.ignored_exit_classes(len(tables.lex_dfas), 0, ok, tt.blob, tt.offsets)
+    with pytest.raises(ValueError, match="out of range"):
+        native.ignored_exit_classes(k, 0, np.array([len(tt.sorted_bytes)], dtype=np.int64), tt.blob, tt.offsets)
+    with pytest.raises(ValueError, match="offsets: int64"):
+        native.ignored_exit_classes(k, 0, ok, tt.blob, tt.offsets.astype(np.int32))
+    with pytest.raises(ValueError, match="out of range"):   # an offset past the blob
+        native.walk_exits([on.matcher()._chart[0]], [], ok, tt.blob[:1], tt.offsets)
+    class_of, classes = native.ignored_exit_classes(k, 0, np.zeros(0, dtype=np.int64), tt.blob, tt.offsets)
+    assert class_of == b"" and classes == b""

@@ -2949,6 +2949,36 @@ rank_array(PyObject *o, Py_ssize_t *n_out)
     return int_array(o, n_out, "ranks must be ints");
 }
 
+/* The token table's buffers (blob: uint8; offsets: int64, token r is blob[offsets[r] ..
+ * offsets[r + 1])) and the ranks as a fresh int32 array, each checked to name a token
+ * inside the blob. -1 with an exception set; the caller releases what was acquired (bb,
+ * ob, *rs). */
+static int
+token_args(PyObject *blob_o, PyObject *off_o, PyObject *ranks_o, Py_buffer *bb, Py_buffer *ob, int32_t **rs,
+           Py_ssize_t *n)
+{
+    if (PyObject_GetBuffer(blob_o, bb, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (PyObject_GetBuffer(off_o, ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (ob->itemsize != 8 || bb->itemsize != 1) {
+        PyErr_SetString(PyExc_ValueError, "blob: uint8, offsets: int64");
+        return -1;
+    }
+    const int64_t *off = ob->buf;
+    Py_ssize_t n_ranks = ob->len / 8 - 1;
+    if (!(*rs = rank_array(ranks_o, n)))
+        return -1;
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        int32_t r = (*rs)[i];
+        if (r < 0 || r >= n_ranks || off[r + 1] > bb->len || off[r] > off[r + 1]) {
+            PyErr_SetString(PyExc_ValueError, "ranks: out of range");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* walk_exits(chart, far, ranks, blob, offsets, remember=1, fold=1, limit=-1)
  *     -> (found, beyond, steps, work) or None;
  * found and beyond as bytes of native int32 (numpy.frombuffer reads them)
@@ -2991,14 +3021,8 @@ tables_walk_exits(Tables *t, PyObject *args)
     PyObject *out = NULL;
     Py_ssize_t n;
     int error;
-    if (PyObject_GetBuffer(blob_o, &bb, PyBUF_C_CONTIGUOUS) < 0)
+    if (token_args(blob_o, off_o, ranks_o, &bb, &ob, &rs, &n) < 0)
         goto done;
-    if (PyObject_GetBuffer(off_o, &ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        goto done;
-    if (ob.itemsize != 8 || bb.itemsize != 1) {
-        PyErr_SetString(PyExc_ValueError, "blob: uint8, offsets: int64");
-        goto done;
-    }
     w.blob = bb.buf;
     w.off = ob.buf;
     w.n_ranks = ob.len / 8 - 1;
@@ -3006,13 +3030,6 @@ tables_walk_exits(Tables *t, PyObject *args)
     if (error)
         goto done;
     w.chart.far = far;
-    if (!(rs = rank_array(ranks_o, &n)))
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (rs[i] < 0 || rs[i] >= w.n_ranks || w.off[rs[i] + 1] > bb.len || w.off[rs[i]] > w.off[rs[i] + 1]) {
-            PyErr_SetString(PyExc_ValueError, "ranks: out of range");
-            goto done;
-        }
     /* rank order is byte order: tokens sharing a prefix are contiguous */
     {
         Py_ssize_t i = 1;
@@ -3097,24 +3114,10 @@ tables_ignored_exit_classes(Tables *t, PyObject *args)
     size_t n_slot = 0;
     PyObject *out = NULL;
     int32_t first_at[257];
-    if (PyObject_GetBuffer(blob_o, &bb, PyBUF_C_CONTIGUOUS) < 0)
+    if (token_args(blob_o, off_o, ranks_o, &bb, &ob, &rs, &n) < 0)
         goto done;
-    if (PyObject_GetBuffer(off_o, &ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        goto done;
-    if (ob.itemsize != 8 || bb.itemsize != 1) {
-        PyErr_SetString(PyExc_ValueError, "blob: uint8, offsets: int64");
-        goto done;
-    }
     const uint8_t *blob = bb.buf;
     const int64_t *off = ob.buf;
-    Py_ssize_t n_ranks = ob.len / 8 - 1;
-    if (!(rs = rank_array(ranks_o, &n)))
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (rs[i] < 0 || rs[i] >= n_ranks || off[rs[i] + 1] > bb.len || off[rs[i]] > off[rs[i] + 1]) {
-            PyErr_SetString(PyExc_ValueError, "ranks: out of range");
-            goto done;
-        }
     /* per first byte, the lexemes that can start with it */
     if (!(by_first = PyMem_Malloc(((size_t)t->n_lex * 256 + 1) * sizeof(int32_t))) ||
         !(bits = PyMem_Malloc(W * sizeof(uint64_t))) ||
