@@ -58,7 +58,7 @@ GRAMMAR_SOURCES = {
                                          "b": {"type": ["string", "null"], "minLength": 70, "maxLength": 2000}},
         "required": ["b"], "additionalProperties": False}),
     # ignored whitespace and comments between words, keywords that are also names: the
-    # exits of ignored lexemes decided without the parser (TokenClasses.ignored_exits)
+    # exits of ignored lexemes decided without the parser (TokenClasses.exits_after)
     "ignored-ws-comments": lambda: gramgen.Grammar.from_lark(IGNORED_GRAMMAR),
     "regex": lambda: gramgen.Grammar.from_regex(
         "(?:" + "|".join(_random_regex(random.Random(s)) for s in range(4)) + ")+"),

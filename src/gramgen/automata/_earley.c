@@ -1730,6 +1730,65 @@ tables_complete_closure(Tables *t, PyObject *args)
     return out;
 }
 
+/* started_after(chart, lexeme, origins) -> int: the lexemes that start right after
+ * `lexeme`, matched from `origins`, ends (a bit per lexeme): the scans in their first state
+ * of the set that completing it makes (the same wherever inside a token it ends). */
+static PyObject *
+tables_started_after(Tables *t, PyObject *args)
+{
+    PyObject *list, *origins_o;
+    int k;
+    if (!PyArg_ParseTuple(args, "O!iO", &PyList_Type, &list, &k, &origins_o))
+        return NULL;
+    Chart chart;
+    chart_of_list(&chart, t, list);
+    if (k < 0 || k >= t->n_lex) {
+        PyErr_SetString(PyExc_ValueError, "lexeme out of range");
+        return NULL;
+    }
+    Py_ssize_t n;
+    int32_t *origins = int_array(origins_o, &n, "origins");
+    if (!origins)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (origins[i] < 0 || origins[i] >= chart.n_list) {
+            PyMem_Free(origins);
+            PyErr_SetString(PyExc_ValueError, "origins: out of range");
+            return NULL;
+        }
+    qsort(origins, (size_t)n, sizeof(int32_t), cmp_int);
+    Scratch sc;
+    memset(&sc, 0, sizeof(sc));
+    PyObject *out = NULL;
+    if (complete(t, &sc.agenda, &chart, k, origins, (int32_t)n) == 0) {
+        Set *st = closure(t, &chart, &sc);
+        if (st) {
+            int32_t here = (int32_t)chart_len(&chart);
+            out = PyLong_FromLong(0);
+            for (int32_t i = 0; out && i < st->n_scans; i++) {
+                const Scan *x = &st->scans[i];
+                int fresh = 0;
+                for (int32_t o = 0; o < x->n && !fresh; o++)
+                    fresh = st->origins[x->off + o] == here;
+                if (x->state != 0 || !fresh)
+                    continue;
+                PyObject *bit = PyLong_FromLong(1), *shift = PyLong_FromLong(x->lexeme), *one = NULL, *acc = NULL;
+                if (bit && shift && (one = PyNumber_Lshift(bit, shift)))
+                    acc = PyNumber_Or(out, one);
+                Py_XDECREF(bit);
+                Py_XDECREF(shift);
+                Py_XDECREF(one);
+                Py_DECREF(out);
+                out = acc;
+            }
+            Py_DECREF(st);
+        }
+    }
+    PyMem_Free(origins);
+    scratch_free(&sc);
+    return out;
+}
+
 /* position o (0 .. j) onto `next` if not yet `inside`; -1 on an error */
 static inline int
 reach(IVec *next, uint8_t *inside, Py_ssize_t j, int32_t o)
@@ -3084,26 +3143,26 @@ done:
     return out;
 }
 
-/* ignored_exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes)
+/* exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes)
  *
- * For the tokens `ranks` read from state q of the ignored lexeme k, where k ends inside
- * the token (k accepts after some of its bytes, and the rest is read from each lexeme's
- * start): the lexemes that read the rest to its end alive (A), and those that accept
- * inside the rest before a byte that may follow them (E). Each token's pair of sets is
- * one class: class_of (bytes of int32, one per rank) names it;
- * classes (bytes of uint64, 2 W words per class, W = ceil(n_lex / 64): A, then E) holds
- * them. Where the parser resumes after k with the lexemes S starting, a token whose A
- * meets S is taken whole, and one whose A and E both miss S is not taken on this scan's
- * paths: neither needs a parser step (see TokenClasses.ignored_exit_words). */
+ * For the tokens `ranks` read from state q of lexeme k, where k ends inside the token (k
+ * accepts after some of its bytes and the next byte may follow it; the rest is then read
+ * from each lexeme's start): the lexemes that read the rest to its end alive (A), and
+ * those that accept inside it before a byte that may follow them (E). Each token's pair
+ * of sets is one class: class_of (bytes of int32, one per rank) names it; classes (bytes
+ * of uint64, 2 W words per class, W = ceil(n_lex / 64): A, then E) holds them. Where the
+ * lexemes S start after k ends (started_after: the same wherever in the token it ends), a
+ * token whose A meets S is taken whole, and one whose A and E both miss S is not taken on
+ * this scan's paths: neither needs a parser step (see TokenClasses.exits_after). */
 static PyObject *
-tables_ignored_exit_classes(Tables *t, PyObject *args)
+tables_exit_classes(Tables *t, PyObject *args)
 {
     int k, q;
     PyObject *ranks_o, *blob_o, *off_o;
     if (!PyArg_ParseTuple(args, "iiOOO", &k, &q, &ranks_o, &blob_o, &off_o))
         return NULL;
     if (k < 0 || k >= t->n_lex || q < 0 || q >= t->lex[k].n_states) {
-        PyErr_SetString(PyExc_ValueError, "ignored_exit_classes: no such lexeme state");
+        PyErr_SetString(PyExc_ValueError, "exit_classes: no such lexeme state");
         return NULL;
     }
     const size_t W1 = ((size_t)t->n_lex + 63) / 64, W = 2 * W1;
@@ -3548,6 +3607,8 @@ static PyMethodDef tables_methods[] = {
     {"complete_closure", (PyCFunction)tables_complete_closure, METH_VARARGS,
      "complete_closure(chart, lexeme, origins, far=None): the completion work of a step ending lexeme; "
      "with far, whether it reads none of those positions"},
+    {"started_after", (PyCFunction)tables_started_after, METH_VARARGS,
+     "started_after(chart, lexeme, origins) -> int: the lexemes (a bit each) that start once it ends"},
     {"horizon", (PyCFunction)tables_horizon, METH_VARARGS,
      "horizon(chart, j, depth): the positions exactly depth origin links away from set j"},
     {"inside_lexemes", (PyCFunction)tables_inside_lexemes, METH_O,
@@ -3559,9 +3620,9 @@ static PyMethodDef tables_methods[] = {
      "signature_of(set, j, sig_of): ParserTables.signature_of; sig_of: the chart or a callable"},
     {"try_texts", (PyCFunction)tables_try_texts, METH_VARARGS,
      "try_texts(chart, texts) -> bytes: 1 where the parser takes every byte of the text"},
-    {"ignored_exit_classes", (PyCFunction)tables_ignored_exit_classes, METH_VARARGS,
-     "ignored_exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes): the lexemes each token's rest "
-     "stays inside after the ignored lexeme k (from state q) ends in it"},
+    {"exit_classes", (PyCFunction)tables_exit_classes, METH_VARARGS,
+     "exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes): the lexemes each token's rest "
+     "stays inside, or ends inside, after lexeme k (from state q) ends in it"},
     {"walk_exits", (PyCFunction)tables_walk_exits, METH_VARARGS,
      "walk_exits(chart, far, ranks, blob, offsets, remember=1, fold=1, limit=-1) -> (found, beyond, steps, work) or None"},
     {NULL}

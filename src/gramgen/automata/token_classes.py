@@ -81,10 +81,11 @@ class TokenClasses:
         self._agreement_cap = next((d for d in range(len(longer)) if longer[d] * self.AGREEMENT_TAIL
                                     <= len(token_table.sorted_bytes)), token_table.max_len)
         self._probes: dict = {}  # (lexeme, lexeme) -> the bytes their agreement tries
-        #: (ignored lexeme, state) -> its exit tokens by what their rests stay inside
-        #: (see :meth:`ignored_exit_words`), and (lexeme, state, lexemes) -> their words
-        self._ignored_classes: dict = {}
-        self._ignored_words: dict = {}
+        #: (lexeme, state) -> its exit tokens by what their rests stay inside, and
+        #: (lexeme, state, lexemes started after it) -> those decided (see :meth:`exits_after`)
+        self._exit_classes_of: dict = {}
+        self._exits_after: dict = {}
+        self._exit_visits: set = set()  # (lexeme, state) met once (see exits_after_pays)
         self._lock = threading.Lock()
 
     def lexeme_tokens(self, lexeme: int, state: int) -> LexemeTokens:
@@ -240,54 +241,73 @@ class TokenClasses:
         set_bits(exits, long[may_end & ~alive_end])
         return LexemeTokens(inside=inside, exits=exits, n_exits=bitmask.count(exits))
 
-    #: whether the exits of ignored lexemes are decided without the parser where they can
-    #: be (see :meth:`ignored_exits`; off: the parser's walk decides every exit token)
-    IGNORED_EXITS = True
+    #: whether exit tokens are decided by the lexemes that start after their lexeme ends,
+    #: without the parser's walk, where they can be (see :meth:`exits_after`; off: the
+    #: walk decides every exit token)
+    EXITS_BY_STARTS = True
+    #: a scan of a lexeme that is not ignored goes through :meth:`exits_after` when its
+    #: state has at least this many exit tokens (the classes cost a pass over them once;
+    #: an ignored lexeme's states are classified at compile time)
+    EXITS_BY_STARTS_MIN = 4096
 
-    def ignores_by_starts(self) -> bool:
-        """Whether :meth:`ignored_exits` applies to this grammar: it has ignored lexemes
-        and no split lexemes (whose items an ignored lexeme does not resume), and the
-        native tables are built."""
-        tables = self.tables
-        return bool(self.IGNORED_EXITS and tables.ignore_lexemes and not tables.any_glued
-                    and tables.native is not None)
+    def decides_exits(self) -> bool:
+        """Whether :meth:`exits_after` is used (the native tables are built)."""
+        return bool(self.EXITS_BY_STARTS and self.tables.native is not None)
+
+    def exits_after_pays(self, lexeme: int, state: int, count: bool = True) -> bool:
+        """Whether a scan of this lexeme state should go through :meth:`exits_after`: an
+        ignored lexeme's always (classified at compile time), another's when it has at
+        least :attr:`EXITS_BY_STARTS_MIN` exits and is met a second time. The classes
+        cost about one walk over its exits: the first visit walks them as before, and the
+        classes serve every later visit. ``count=False`` (a mask under a work bound) does
+        not count this visit, so that a bounded mask stops alike when repeated."""
+        if self.tables.is_ignore[lexeme] or (lexeme, state) in self._exit_classes_of:
+            return True
+        if not count or self.lexeme_tokens(lexeme, state).n_exits < self.EXITS_BY_STARTS_MIN:
+            return False
+        key = (lexeme, state)
+        with self._lock:
+            seen = key in self._exit_visits
+            self._exit_visits.add(key)
+        return seen
 
     def precompute_ignored(self) -> None:
         """Classify the states of the ignored lexemes now, and their exit tokens by what
-        their rests stay inside (:meth:`ignored_exits`): whitespace is met at the first
+        their rests stay inside (:meth:`exits_after`): whitespace is met at the first
         masks of nearly every text, where this would cost a few milliseconds."""
-        if not self.ignores_by_starts():
+        if not self.decides_exits():
             return
         for k in self.tables.ignore_lexemes:
             for q in range(self.tables.lex_dfas[k].n_states):
                 if self.lexeme_tokens(k, q).n_exits:
-                    self._ignored_exit_classes(k, q)
+                    self._exit_classes(k, q)
 
-    #: most (ignored lexeme, state, lexemes) entries kept by :meth:`ignored_exits`
-    IGNORED_ENTRIES = 4096
-    #: an ignored lexeme state's class of at least this many exit tokens is kept as masks
-    IGNORED_BIG_CLASS = 1024
+    #: most (lexeme, state, lexemes) entries kept by :meth:`exits_after`
+    EXITS_AFTER_ENTRIES = 4096
+    #: a class of at least this many exit tokens is kept as masks (OR-ed whole)
+    BIG_CLASS = 1024
 
-    def ignored_exits(self, lexeme: int, state: int, starts: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The exit tokens of the ignored ``lexeme`` in ``state`` decided without the
-        parser where, once it has ended, the lexemes ``starts`` (a bit per lexeme) start:
-        (the tokens taken, packed by token id; the exits left undecided, packed by rank
-        like ``LexemeTokens.exits``). None without the native tables.
+    def exits_after(self, lexeme: int, state: int, starts: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The exit tokens of ``lexeme`` in ``state`` decided without the parser where,
+        once it has ended, the lexemes ``starts`` (a bit per lexeme) start: (the tokens
+        taken, packed by token id; the exits left undecided, packed by rank like
+        ``LexemeTokens.exits``). None without the native tables.
 
-        An ignored lexeme that ends resumes the items of the set where it started, which
-        start exactly the lexemes that started there (``starts``, in a grammar without
-        split lexemes: the caller checks). After it ends inside a token, the rest is read
-        from those lexemes' starts: if one reads it to its end alive, the token is taken
-        (no parser step); if each dies in it without ending before a byte that may follow
-        it, no parse goes on this way. Only a rest that ends one of them is left to the
-        parser. So the answer depends on the lexeme state and ``starts`` alone:
-        whitespace before a word of a programming language is most of a large vocabulary,
-        which the parser's walk would otherwise go through at every mask."""
+        Wherever inside a token the lexeme ends, the parser completes it the same way (the
+        items waiting on it in the sets it started from; for an ignored lexeme, those
+        sets' items resumed), so the same lexemes start there: ``starts``, which the
+        caller gets from the parser (``Tables.started_after``). The rest of the token is
+        read from those lexemes' starts: if one reads it to its end alive, the token is
+        taken (no parser step); if each dies in it without ending before a byte that may
+        follow it, no parse goes on this way. Only a rest that ends one of them is left
+        to the parser's walk. So the answer depends on the lexeme state and ``starts``
+        alone: whitespace before a word of a programming language is most of a large
+        vocabulary, which the walk would otherwise go through at every mask."""
         key = (lexeme, state, starts)
-        found = self._ignored_words.get(key)
+        found = self._exits_after.get(key)
         if found is not None:
             return found
-        classes = self._ignored_exit_classes(lexeme, state)
+        classes = self._exit_classes(lexeme, state)
         if classes is None:
             return None
         ranks, class_of, class_bits, big = classes
@@ -307,18 +327,18 @@ class TokenClasses:
         set_bits(undecided, ranks[open_[class_of]])
         found = (words, undecided)
         with self._lock:
-            if len(self._ignored_words) >= self.IGNORED_ENTRIES:
-                self._ignored_words = {}  # a reader holding the old dict still reads correct values
-            self._ignored_words[key] = found
+            if len(self._exits_after) >= self.EXITS_AFTER_ENTRIES:
+                self._exits_after = {}  # a reader holding the old dict still reads correct values
+            self._exits_after[key] = found
         return found
 
-    def _ignored_exit_classes(self, lexeme: int, state: int):
-        """The exit tokens of an ignored lexeme state (ranks), each one's class (an index
-        into the classes: uint64 words per class, the lexemes that read its rest alive,
-        then those that end inside it; see ``_earley.Tables.ignored_exit_classes``); None
-        without the native tables."""
+    def _exit_classes(self, lexeme: int, state: int):
+        """The exit tokens of a lexeme state (ranks), each one's class (an index into the
+        classes: uint64 words per class, the lexemes that read its rest alive, then those
+        that end inside it; see ``_earley.Tables.exit_classes``); None without the native
+        tables."""
         key = (lexeme, state)
-        found = self._ignored_classes.get(key)
+        found = self._exit_classes_of.get(key)
         if found is None:
             native = self.tables.native
             if native is None:
@@ -326,14 +346,14 @@ class TokenClasses:
             tt = self.token_table
             lt = self.lexeme_tokens(lexeme, state)
             ranks = bitmask.positions(lt.exits, len(tt.sorted_bytes))
-            class_of, bits = native.ignored_exit_classes(lexeme, state, ranks, tt.blob, tt.offsets)
+            class_of, bits = native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets)
             class_of = np.frombuffer(class_of, dtype=np.int32)
             n_words = 2 * ((len(self.tables.lex_dfas) + 63) // 64)
             class_bits = np.frombuffer(bits, dtype=np.uint64).reshape(-1, n_words)
             # the classes of many tokens (a space and a word) as masks, OR-ed whole; the
             # other tokens are set one by one
             sizes = np.bincount(class_of, minlength=len(class_bits))
-            is_big = sizes >= self.IGNORED_BIG_CLASS
+            is_big = sizes >= self.BIG_CLASS
             big = {}
             for c in np.flatnonzero(is_big):
                 members = ranks[class_of == c]
@@ -345,7 +365,7 @@ class TokenClasses:
             small = ~is_big[class_of]
             found = (ranks[small], class_of[small], class_bits, big)
             with self._lock:
-                self._ignored_classes[key] = found
+                self._exit_classes_of[key] = found
         return found
 
     def _drop_hopeless_exits(self, found: LexemeTokens, lexeme: int, state: int) -> LexemeTokens:

@@ -81,23 +81,6 @@ class _WorkLimitReached(Exception):
         self.undecided = undecided
 
 
-def _started_here(st, o: int) -> int:
-    """The lexemes that start at set ``st`` (chart position ``o``), a bit per lexeme: its
-    scans in a lexeme's first state with ``o`` among their origins. Kept on the set (its
-    ``local`` dict, under a key no depth uses): sets are immutable."""
-    local = st.local
-    if local is None:
-        local = st.local = {}
-    found = local.get("started")
-    if found is None:
-        found = 0
-        for (k, q), origins in st.scans.items():
-            if q == 0 and o in origins:
-                found |= 1 << k
-        local["started"] = found
-    return found
-
-
 def _sorted_ranks(ranks) -> np.ndarray:
     """The distinct ranks, ascending, as a read-only int64 array (cache entries share it);
     a sort and a neighbour comparison, not numpy.unique's hashing (slow for 50k ranks)."""
@@ -558,13 +541,13 @@ class Matcher:
         tt = cg.token_table
         words = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         exits = None
-        ignored = self._ignored_exits(cur, classes)
+        decided = self._exits_by_starts(cur, classes, count=limit is None)
         for i, lt in enumerate(classes):
             words |= lt.inside
             if lt.n_exits:
                 part = lt.exits
-                if ignored and i in ignored:
-                    taken, part = ignored[i]
+                if decided and i in decided:
+                    taken, part = decided[i]
                     words |= taken
                 exits = part.copy() if exits is None else np.bitwise_or(exits, part, out=exits)
         if self._tables.is_accepting(cur):
@@ -575,26 +558,24 @@ class Matcher:
                 words |= self._exit_words(cands, limit=limit, known=words)
         return words
 
-    def _ignored_exits(self, cur, classes: list) -> dict | None:
-        """Per scan of ``cur`` (its index in ``cur.scans``) of an ignored lexeme
-        (whitespace, comments) with exit tokens: the exits that need no parser walk
-        decided (``TokenClasses.ignored_exits``: the tokens taken, and the exits left
-        undecided). None when nothing is decided that way: no such scan, no native tables,
-        or split lexemes in the grammar (an ignored lexeme does not resume their items,
-        so the lexemes that started at its origin may not start after it)."""
-        tables = self._tables
-        if not self._cg.classes.ignores_by_starts():
+    def _exits_by_starts(self, cur, classes: list, count: bool = True) -> dict | None:
+        """Per scan of ``cur`` (its index in ``cur.scans``) whose exit tokens are decided by
+        the lexemes that start after its lexeme ends (``TokenClasses.exits_after``): the
+        tokens taken, and the exits left undecided. The scans of ignored lexemes
+        (whitespace, comments: their states are classified at compile time) and those
+        with many exits met before (``TokenClasses.exits_after_pays``; ``count``: whether
+        this mask counts as a visit). None when there are none, or without the native
+        tables."""
+        cls = self._cg.classes
+        if not cls.decides_exits():
             return None
+        tables = self._tables
         out = None
-        is_ignore = tables.is_ignore
-        chart = self._chart
         for i, (((k, q), origins), lt) in enumerate(zip(cur.scans.items(), classes)):
-            if not lt.n_exits or not is_ignore[k]:
+            if not lt.n_exits or not cls.exits_after_pays(k, q, count):
                 continue
-            starts = 0
-            for o in origins:
-                starts |= _started_here(chart[o], o)
-            found = self._cg.classes.ignored_exits(k, q, starts)
+            starts = tables.native.started_after(self._chart, k, list(origins))
+            found = cls.exits_after(k, q, starts)
             if found is not None:
                 if out is None:
                     out = {}

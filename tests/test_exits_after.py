@@ -1,9 +1,10 @@
-"""The exit tokens of ignored lexemes decided without the parser's walk
-(``TokenClasses.ignored_exits``): a token that ends the whitespace and stays inside a word
-that may start there is taken, one whose rest dies in every such lexeme is not, the rest
-is walked. Masks with the shortcut equal those of the walk alone on real programming-
-language grammars and tokenizers (brute force on a small grammar with ignored whitespace
-and comments is in test_masks.py, ``ignored-ws-comments``)."""
+"""Exit tokens decided by the lexemes that start after their lexeme ends, without the
+parser's walk (``TokenClasses.exits_after``): a token that ends the whitespace and stays
+inside a word that may start there is taken, one whose rest dies in every such lexeme is
+not, the rest is walked. Masks with the shortcut equal those of the walk alone on real
+programming-language grammars and tokenizers (ignored whitespace in SynCode's grammars,
+whitespace lexemes in the rules of the shipped Python grammar), and brute force on small
+vocabularies with the shortcut on every scan."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 import gramgen
+from gramgen.automata import bitmask
 from conftest import SHARED, hf_tokenizer, vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,23 +26,28 @@ TEXTS = {
     "java.lark": ROOT / "bench" / "data" / "lark" / "java.java",
     "go.lark": ROOT / "bench" / "data" / "lark" / "go.go",
     "sql.lark": sorted((ROOT / "tests" / "data" / "sql").glob("*.sql"))[0],
+    # no %ignore: its whitespace lexemes are in the rules, exits decided after them
+    "python_subset": ROOT / "tests" / "data" / "python" / "07_exceptions.py",
 }
 
 
 def _compiled_pair(gname: str, tname: str):
-    grammar = gramgen.Grammar.from_lark((SYNCODE / gname).read_text(encoding="utf-8"), start="start")
+    if gname.endswith(".lark"):
+        grammar = gramgen.Grammar.from_lark((SYNCODE / gname).read_text(encoding="utf-8"), start="start")
+    else:
+        grammar = gramgen.Grammar.builtin(gname)
     vocab = vocabulary(tname)
     on = gramgen.compile(grammar, vocab)
     off = gramgen.compile(grammar, vocab)
-    off.classes.IGNORED_EXITS = False
+    off.classes.EXITS_BY_STARTS = False
     return on, off, vocab
 
 
 @pytest.mark.parametrize("tname", ["llama3", "llama2", "gpt2"])
 @pytest.mark.parametrize("gname", list(TEXTS))
-def test_ignored_exits_masks_equal_the_walk(gname, tname):
+def test_exits_after_masks_equal_the_walk(gname, tname):
     on, off, vocab = _compiled_pair(gname, tname)
-    assert on.classes.ignores_by_starts() and not off.classes.ignores_by_starts()
+    assert on.classes.decides_exits() and not off.classes.decides_exits()
     ids = hf_tokenizer(tname).encode(TEXTS[gname].read_text(encoding="utf-8")[:600], add_special_tokens=False)
     rng = random.Random(zlib.crc32(f"{gname}/{tname}".encode()))
     m_on, m_off = on.matcher(), off.matcher()
@@ -57,7 +64,7 @@ def test_ignored_exits_masks_equal_the_walk(gname, tname):
                         f"{[vocab.token_bytes(t) for t in missing]}")
         steps += 1
         allowed = [t for t in np.flatnonzero(a).tolist() if t not in vocab.eos_token_ids]
-        if following and step < len(ids) and rng.random() < 0.85:
+        if following and step < len(ids) and rng.random() < 0.85 and a[ids[step]]:
             t = ids[step]
         elif allowed:
             following = False
@@ -69,14 +76,17 @@ def test_ignored_exits_masks_equal_the_walk(gname, tname):
         m_on.advance(t)
         m_off.advance(t)
     assert steps >= 20
-    # the shortcut did decide tokens both ways: taken ones, and exits it left out
-    entries = list(on.classes._ignored_words.values())
-    assert any(words.any() for words, _ in entries)
-    k = on.tables.ignore_lexemes[0]
-    assert any(undecided.sum() < on.classes.lexeme_tokens(k, 0).exits.sum() for _, undecided in entries)
+    # the shortcut did decide tokens both ways: taken ones, and exits it left out (a
+    # lexeme that is not ignored goes through it with many exits only: a large vocabulary)
+    entries = list(on.classes._exits_after.items())
+    if not on.tables.ignore_lexemes and tname != "llama3":
+        return
+    assert any(words.any() for _, (words, _) in entries)
+    assert any(bitmask.count(undecided) < on.classes.lexeme_tokens(k, q).n_exits
+               for (k, q, _), (_, undecided) in entries)
 
 
-def test_ignored_exit_classes_by_rest():
+def test_exit_classes_by_rest():
     """The native classes of a few hand-picked tokens after a space in C: the lexemes that
     read the rest to its end, and those that end inside it."""
     on, _, vocab = _compiled_pair("c.lark", "gpt2")
@@ -86,7 +96,7 @@ def test_ignored_exit_classes_by_rest():
     id_of = {vocab.token_bytes(i): i for i in range(vocab.size)}
     ranks = np.array([tt.id_to_rank[id_of[t]] for t in (b" int", b" return", b" foo", b" (", b" ()")],
                      dtype=np.int64)
-    class_of, bits = tables.native.ignored_exit_classes(k, 0, ranks, tt.blob, tt.offsets)
+    class_of, bits = tables.native.exit_classes(k, 0, ranks, tt.blob, tt.offsets)
     class_of = np.frombuffer(class_of, dtype=np.int32)
     w = (len(names) + 63) // 64
     classes = np.frombuffer(bits, dtype=np.uint64).reshape(-1, 2 * w)
@@ -101,21 +111,42 @@ def test_ignored_exit_classes_by_rest():
     assert not alive[4] and ended[4] == {"LPAR"}   # "(" ends before ")": the parser decides
 
 
-def test_native_ignored_exit_classes_rejects_bad_arguments():
+def test_native_exit_classes_rejects_bad_arguments():
     on, _, _ = _compiled_pair("c.lark", "gpt2")
     tables, tt = on.tables, on.token_table
     k = tables.ignore_lexemes[0]
     native = tables.native
     ok = np.array([0, 1], dtype=np.int64)
     with pytest.raises(ValueError, match="no such lexeme state"):
-        native.ignored_exit_classes(k, tables.lex_dfas[k].n_states, ok, tt.blob, tt.offsets)
+        native.exit_classes(k, tables.lex_dfas[k].n_states, ok, tt.blob, tt.offsets)
     with pytest.raises(ValueError, match="no such lexeme state"):
-        native.ignored_exit_classes(len(tables.lex_dfas), 0, ok, tt.blob, tt.offsets)
+        native.exit_classes(len(tables.lex_dfas), 0, ok, tt.blob, tt.offsets)
     with pytest.raises(ValueError, match="out of range"):
-        native.ignored_exit_classes(k, 0, np.array([len(tt.sorted_bytes)], dtype=np.int64), tt.blob, tt.offsets)
+        native.exit_classes(k, 0, np.array([len(tt.sorted_bytes)], dtype=np.int64), tt.blob, tt.offsets)
     with pytest.raises(ValueError, match="offsets: int64"):
-        native.ignored_exit_classes(k, 0, ok, tt.blob, tt.offsets.astype(np.int32))
+        native.exit_classes(k, 0, ok, tt.blob, tt.offsets.astype(np.int32))
     with pytest.raises(ValueError, match="out of range"):   # an offset past the blob
         native.walk_exits([on.matcher()._chart[0]], [], ok, tt.blob[:1], tt.offsets)
-    class_of, classes = native.ignored_exit_classes(k, 0, np.zeros(0, dtype=np.int64), tt.blob, tt.offsets)
+    class_of, classes = native.exit_classes(k, 0, np.zeros(0, dtype=np.int64), tt.blob, tt.offsets)
     assert class_of == b"" and classes == b""
+
+
+@pytest.mark.parametrize("gname", ["python_subset.lark", "sql.lark", "ignored-ws-comments", "json.lark"])
+def test_exits_after_on_every_scan_equal_brute_force(gname):
+    """Every scan with exits decided by the lexemes started after it (not only ignored
+    lexemes and large exit sets), against the independent reference recogniser on a small
+    vocabulary rich in tokens that span lexemes, at many states."""
+    from test_masks import _small_vocab, grammar, reference, walk_and_compare
+    from textgen import WordSampler, greedy_tokenize
+
+    rng = random.Random(11)
+    sampler = WordSampler(grammar(gname).ir)
+    words = [sampler.word(rng, max_depth=8) for _ in range(24)]
+    vocab = _small_vocab(words, rng)
+    cg = gramgen.compile(grammar(gname), vocab)
+    cg.classes.exits_after_pays = lambda k, q, count=True: True
+    total = 0
+    for w in words[:4]:
+        total += walk_and_compare(cg, reference(gname), vocab, greedy_tokenize(w, vocab), rng, 30, check_sample=16)
+    assert total >= 20
+    assert any(words.any() for words, _ in cg.classes._exits_after.values())
