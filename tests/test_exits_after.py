@@ -150,3 +150,31 @@ def test_exits_after_on_every_scan_equal_brute_force(gname):
         total += walk_and_compare(cg, reference(gname), vocab, greedy_tokenize(w, vocab), rng, 30, check_sample=16)
     assert total >= 20
     assert any(words.any() for words, _ in cg.classes._exits_after.values())
+
+
+def test_started_after_an_ignored_lexeme_is_what_started_where_it_began():
+    """An ignored lexeme resumes the items of the set where it started: in a grammar
+    without split lexemes, the lexemes that start after it are those that started there
+    (its origin's scans in a first state with that origin)."""
+    on, _, vocab = _compiled_pair("c.lark", "gpt2")
+    tables = on.tables
+    m = on.matcher()
+    m.advance_text("int add(int a, int b) {\n    return a + b;\n}\n")
+    chart = m._chart
+    checked = 0
+    for j in range(1, len(chart)):
+        for (k, q), origins in chart[j].scans.items():
+            if not tables.is_ignore[k]:
+                continue
+            expected = 0
+            for o in origins:
+                for (k2, q2), o2 in chart[o].scans.items():
+                    if q2 == 0 and o in o2:
+                        expected |= 1 << k2
+            assert tables.native.started_after(chart[: j + 1], k, list(origins)) == expected
+            checked += 1
+    assert checked >= 10
+    with pytest.raises(IndexError):
+        tables.native.started_after(chart, tables.ignore_lexemes[0], [len(chart) + 3])
+    with pytest.raises(ValueError, match="lexeme out of range"):
+        tables.native.started_after(chart, len(tables.lex_dfas), [0])

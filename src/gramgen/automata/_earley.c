@@ -1680,17 +1680,12 @@ far_bitmap(Chart *c, PyObject *far_o, int *error)
     return far;
 }
 
-/* complete_closure(chart, lexeme, origins, far=None): complete `lexeme` from `origins`
- * right after chart and close the result (the work of a step that ends it). What matters
- * are the reads of the chart's sets (see earley.ParserTables.completes_within): with `far`
- * (positions of the chart), whether that work reads none of them; without, None. */
-static PyObject *
-tables_complete_closure(Tables *t, PyObject *args)
+/* The set that completing lexeme k from the origins `origins_o` makes right after the
+ * chart `list` (at position len(list)), closed; NULL with an exception set. `far_o` (None
+ * or positions of the chart, see far_bitmap): *read says whether that work read one. */
+static Set *
+completed_set(Tables *t, PyObject *list, int k, PyObject *origins_o, PyObject *far_o, int *read)
 {
-    PyObject *list, *origins_o, *far_o = Py_None;
-    int k;
-    if (!PyArg_ParseTuple(args, "O!iO|O", &PyList_Type, &list, &k, &origins_o, &far_o))
-        return NULL;
     Chart chart;
     chart_of_list(&chart, t, list);
     if (k < 0 || k >= t->n_lex) {
@@ -1711,23 +1706,34 @@ tables_complete_closure(Tables *t, PyObject *args)
     qsort(origins, (size_t)n, sizeof(int32_t), cmp_int);
     Scratch sc;
     memset(&sc, 0, sizeof(sc));
-    PyObject *out = NULL;
-    if (complete(t, &sc.agenda, &chart, k, origins, (int32_t)n) == 0) {
-        Set *s = closure(t, &chart, &sc);
-        if (s) {
-            Py_DECREF(s);
-            if (far_o == Py_None) {
-                out = Py_None;
-                Py_INCREF(out);
-            } else {
-                out = PyBool_FromLong(!chart.read);
-            }
-        }
-    }
+    Set *s = NULL;
+    if (complete(t, &sc.agenda, &chart, k, origins, (int32_t)n) == 0)
+        s = closure(t, &chart, &sc);
+    *read = chart.read;
     PyMem_Free(origins);
     PyMem_Free(far);
     scratch_free(&sc);
-    return out;
+    return s;
+}
+
+/* complete_closure(chart, lexeme, origins, far=None): complete `lexeme` from `origins`
+ * right after chart and close the result (the work of a step that ends it). What matters
+ * are the reads of the chart's sets (see earley.ParserTables.completes_within): with `far`
+ * (positions of the chart), whether that work reads none of them; without, None. */
+static PyObject *
+tables_complete_closure(Tables *t, PyObject *args)
+{
+    PyObject *list, *origins_o, *far_o = Py_None;
+    int k, read;
+    if (!PyArg_ParseTuple(args, "O!iO|O", &PyList_Type, &list, &k, &origins_o, &far_o))
+        return NULL;
+    Set *s = completed_set(t, list, k, origins_o, far_o, &read);
+    if (!s)
+        return NULL;
+    Py_DECREF(s);
+    if (far_o == Py_None)
+        Py_RETURN_NONE;
+    return PyBool_FromLong(!read);
 }
 
 /* started_after(chart, lexeme, origins) -> int: the lexemes that start right after
@@ -1737,55 +1743,31 @@ static PyObject *
 tables_started_after(Tables *t, PyObject *args)
 {
     PyObject *list, *origins_o;
-    int k;
+    int k, read;
     if (!PyArg_ParseTuple(args, "O!iO", &PyList_Type, &list, &k, &origins_o))
         return NULL;
-    Chart chart;
-    chart_of_list(&chart, t, list);
-    if (k < 0 || k >= t->n_lex) {
-        PyErr_SetString(PyExc_ValueError, "lexeme out of range");
+    Set *st = completed_set(t, list, k, origins_o, Py_None, &read);
+    if (!st)
         return NULL;
+    int32_t here = (int32_t)PyList_GET_SIZE(list);
+    PyObject *out = PyLong_FromLong(0);
+    for (int32_t i = 0; out && i < st->n_scans; i++) {
+        const Scan *x = &st->scans[i];
+        int fresh = 0;
+        for (int32_t o = 0; o < x->n && !fresh; o++)
+            fresh = st->origins[x->off + o] == here;
+        if (x->state != 0 || !fresh)
+            continue;
+        PyObject *bit = PyLong_FromLong(1), *shift = PyLong_FromLong(x->lexeme), *one = NULL, *acc = NULL;
+        if (bit && shift && (one = PyNumber_Lshift(bit, shift)))
+            acc = PyNumber_Or(out, one);
+        Py_XDECREF(bit);
+        Py_XDECREF(shift);
+        Py_XDECREF(one);
+        Py_DECREF(out);
+        out = acc;
     }
-    Py_ssize_t n;
-    int32_t *origins = int_array(origins_o, &n, "origins");
-    if (!origins)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (origins[i] < 0 || origins[i] >= chart.n_list) {
-            PyMem_Free(origins);
-            PyErr_SetString(PyExc_ValueError, "origins: out of range");
-            return NULL;
-        }
-    qsort(origins, (size_t)n, sizeof(int32_t), cmp_int);
-    Scratch sc;
-    memset(&sc, 0, sizeof(sc));
-    PyObject *out = NULL;
-    if (complete(t, &sc.agenda, &chart, k, origins, (int32_t)n) == 0) {
-        Set *st = closure(t, &chart, &sc);
-        if (st) {
-            int32_t here = (int32_t)chart_len(&chart);
-            out = PyLong_FromLong(0);
-            for (int32_t i = 0; out && i < st->n_scans; i++) {
-                const Scan *x = &st->scans[i];
-                int fresh = 0;
-                for (int32_t o = 0; o < x->n && !fresh; o++)
-                    fresh = st->origins[x->off + o] == here;
-                if (x->state != 0 || !fresh)
-                    continue;
-                PyObject *bit = PyLong_FromLong(1), *shift = PyLong_FromLong(x->lexeme), *one = NULL, *acc = NULL;
-                if (bit && shift && (one = PyNumber_Lshift(bit, shift)))
-                    acc = PyNumber_Or(out, one);
-                Py_XDECREF(bit);
-                Py_XDECREF(shift);
-                Py_XDECREF(one);
-                Py_DECREF(out);
-                out = acc;
-            }
-            Py_DECREF(st);
-        }
-    }
-    PyMem_Free(origins);
-    scratch_free(&sc);
+    Py_DECREF(st);
     return out;
 }
 
