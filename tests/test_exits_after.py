@@ -171,7 +171,8 @@ def test_started_after_an_ignored_lexeme_is_what_started_where_it_began():
                 for (k2, q2), o2 in chart[o].scans.items():
                     if q2 == 0 and o in o2:
                         expected |= 1 << k2
-            assert tables.native.started_after(chart[: j + 1], k, list(origins)) == expected
+            got = np.frombuffer(tables.native.started_after(chart[: j + 1], k, list(origins)), dtype=np.uint64)
+            assert sum(int(w) << (64 * i) for i, w in enumerate(got)) == expected
             checked += 1
     assert checked >= 10
     with pytest.raises(IndexError):

@@ -1736,9 +1736,10 @@ tables_complete_closure(Tables *t, PyObject *args)
     return PyBool_FromLong(!read);
 }
 
-/* started_after(chart, lexeme, origins) -> int: the lexemes that start right after
- * `lexeme`, matched from `origins`, ends (a bit per lexeme): the scans in their first state
- * of the set that completing it makes (the same wherever inside a token it ends). */
+/* started_after(chart, lexeme, origins) -> bytes: the lexemes that start right after
+ * `lexeme`, matched from `origins`, ends, as a bit set (ceil(n_lex / 64) native uint64
+ * words): the scans in their first state of the set that completing it makes (the same
+ * wherever inside a token it ends). */
 static PyObject *
 tables_started_after(Tables *t, PyObject *args)
 {
@@ -1750,22 +1751,19 @@ tables_started_after(Tables *t, PyObject *args)
     if (!st)
         return NULL;
     int32_t here = (int32_t)PyList_GET_SIZE(list);
-    PyObject *out = PyLong_FromLong(0);
-    for (int32_t i = 0; out && i < st->n_scans; i++) {
-        const Scan *x = &st->scans[i];
-        int fresh = 0;
-        for (int32_t o = 0; o < x->n && !fresh; o++)
-            fresh = st->origins[x->off + o] == here;
-        if (x->state != 0 || !fresh)
-            continue;
-        PyObject *bit = PyLong_FromLong(1), *shift = PyLong_FromLong(x->lexeme), *one = NULL, *acc = NULL;
-        if (bit && shift && (one = PyNumber_Lshift(bit, shift)))
-            acc = PyNumber_Or(out, one);
-        Py_XDECREF(bit);
-        Py_XDECREF(shift);
-        Py_XDECREF(one);
-        Py_DECREF(out);
-        out = acc;
+    Py_ssize_t n_words = ((Py_ssize_t)t->n_lex + 63) / 64;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n_words * (Py_ssize_t)sizeof(uint64_t));
+    if (out) {
+        uint64_t *bits = (uint64_t *)PyBytes_AS_STRING(out);
+        memset(bits, 0, (size_t)n_words * sizeof(uint64_t));
+        for (int32_t i = 0; i < st->n_scans; i++) {
+            const Scan *x = &st->scans[i];
+            int fresh = 0;
+            for (int32_t o = 0; o < x->n && !fresh; o++)
+                fresh = st->origins[x->off + o] == here;
+            if (x->state == 0 && fresh)
+                bits[x->lexeme >> 6] |= (uint64_t)1 << (x->lexeme & 63);
+        }
     }
     Py_DECREF(st);
     return out;
@@ -3133,7 +3131,7 @@ done:
  * those that accept inside it before a byte that may follow them (E). Each token's pair
  * of sets is one class: class_of (bytes of int32, one per rank) names it; classes (bytes
  * of uint64, 2 W words per class, W = ceil(n_lex / 64): A, then E) holds them. Where the
- * lexemes S start after k ends (started_after: the same wherever in the token it ends), a
+ * lexemes S start after k ends (started_after, the same words: the same wherever in the token it ends), a
  * token whose A meets S is taken whole, and one whose A and E both miss S is not taken on
  * this scan's paths: neither needs a parser step (see TokenClasses.exits_after). */
 static PyObject *
@@ -3590,7 +3588,7 @@ static PyMethodDef tables_methods[] = {
      "complete_closure(chart, lexeme, origins, far=None): the completion work of a step ending lexeme; "
      "with far, whether it reads none of those positions"},
     {"started_after", (PyCFunction)tables_started_after, METH_VARARGS,
-     "started_after(chart, lexeme, origins) -> int: the lexemes (a bit each) that start once it ends"},
+     "started_after(chart, lexeme, origins) -> bytes: the lexemes (a bit each, uint64 words) that start once it ends"},
     {"horizon", (PyCFunction)tables_horizon, METH_VARARGS,
      "horizon(chart, j, depth): the positions exactly depth origin links away from set j"},
     {"inside_lexemes", (PyCFunction)tables_inside_lexemes, METH_O,

@@ -291,11 +291,12 @@ class TokenClasses:
     #: a class of at least this many exit tokens is kept as masks (OR-ed whole)
     BIG_CLASS = 1024
 
-    def exits_after(self, lexeme: int, state: int, starts: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def exits_after(self, lexeme: int, state: int, starts: bytes) -> tuple[np.ndarray, np.ndarray]:
         """The exit tokens of ``lexeme`` in ``state`` decided without the parser where,
-        once it has ended, the lexemes ``starts`` (a bit per lexeme) start: (the tokens
-        taken, packed by token id; the exits left undecided, packed by rank like
-        ``LexemeTokens.exits``). None without the native tables.
+        once it has ended, the lexemes ``starts`` start (a bit per lexeme, in uint64 words:
+        ``Tables.started_after``): (the tokens taken, packed by token id; the exits left
+        undecided, packed by rank like ``LexemeTokens.exits``). Needs the native tables
+        (:meth:`decides_exits`).
 
         Wherever inside a token the lexeme ends, the parser completes it the same way (the
         items waiting on it in the sets it started from; for an ignored lexeme, those
@@ -311,13 +312,10 @@ class TokenClasses:
         found = self._exits_after.get(key)
         if found is not None:
             return found
-        classes = self._exit_classes(lexeme, state)
-        if classes is None:
-            return None
-        ranks, class_of, class_bits, big = classes
+        ranks, class_of, class_bits, big = self._exit_classes(lexeme, state)
         tt = self.token_table
         n_words = class_bits.shape[1] // 2
-        wanted = np.array([(starts >> (64 * w)) & 0xFFFF_FFFF_FFFF_FFFF for w in range(n_words)], dtype=np.uint64)
+        wanted = np.frombuffer(starts, dtype=np.uint64)
         taken = (class_bits[:, :n_words] & wanted).any(axis=1)
         open_ = ~taken & (class_bits[:, n_words:] & wanted).any(axis=1)
         words = np.zeros(tt.n_words, dtype=np.uint32)
@@ -339,14 +337,13 @@ class TokenClasses:
     def _exit_classes(self, lexeme: int, state: int):
         """The exit tokens of a lexeme state (ranks), each one's class (an index into the
         classes: uint64 words per class, the lexemes that read its rest alive, then those
-        that end inside it; see ``_earley.Tables.exit_classes``); None without the native
-        tables."""
+        that end inside it; see ``_earley.Tables.exit_classes``)."""
         key = (lexeme, state)
         found = self._exit_classes_of.get(key)
         if found is None:
             native = self.tables.native
             if native is None:
-                return None
+                raise RuntimeError("gramgen's native recogniser (gramgen.automata._earley) is not built")
             tt = self.token_table
             lt = self.lexeme_tokens(lexeme, state)
             ranks = bitmask.positions(lt.exits, len(tt.sorted_bytes))

@@ -574,12 +574,9 @@ class Matcher:
         for i, (((k, q), origins), lt) in enumerate(zip(cur.scans.items(), classes)):
             if not lt.n_exits or not cls.exits_after_pays(k, q, count):
                 continue
-            starts = tables.native.started_after(self._chart, k, list(origins))
-            found = cls.exits_after(k, q, starts)
-            if found is not None:
-                if out is None:
-                    out = {}
-                out[i] = found
+            if out is None:
+                out = {}
+            out[i] = cls.exits_after(k, q, tables.native.started_after(self._chart, k, list(origins)))
         return out
 
     def _exit_words(self, cands: np.ndarray, longer_than: int | None = None, limit: int | None = None,
