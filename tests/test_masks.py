@@ -4,6 +4,7 @@ every tokenizer in ../shared/tokenizers and the shipped / shared grammars."""
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import zlib
@@ -230,6 +231,7 @@ def test_native_classification_equals_numpy(tokenizer):
     for g in (gramgen.Grammar.from_json_schema(SHORTCUT_SCHEMA, whitespace="flexible"), grammar("json.lark"),
               grammar("schema-long-strings")):
         cg = gramgen.compile(g, vocab, precompute=False)
+        by_first = collections.Counter(t[0] for t in cg.token_table.sorted_bytes)
         for k, dfa in enumerate(cg.tables.lex_dfas):
             table, acc = cg.sink_tables[k]
             for q in range(dfa.n_states):
@@ -237,8 +239,17 @@ def test_native_classification_equals_numpy(tokenizer):
                 ref = lexeme_tokens.classify_tokens_numpy(cg.token_table, table, acc, q, cg.follow_masks[k])
                 assert (native.inside == ref.inside).all(), (k, q)
                 assert (native.exits == ref.exits).all() and native.n_exits == ref.n_exits, (k, q)
+                # the tokens whose first byte the state takes, counted by hand
+                assert lexeme_tokens.first_tokens(cg.token_table, table, q) == sum(
+                    n for b, n in by_first.items() if table[q, b] != table.shape[0] - 1), (k, q)
                 checked += 1
     assert checked >= 100
+    table = cg.sink_tables[0][0]
+    for bad in (-1, table.shape[0] - 1):  # the sink is not a state
+        with pytest.raises(ValueError, match="not a state"):
+            lexeme_tokens._tokenwalk.first_tokens(table, bad, cg.token_table.first_start)
+    with pytest.raises(ValueError, match="first_start"):
+        lexeme_tokens._tokenwalk.first_tokens(table, 0, cg.token_table.first_start[:100])
 
 
 def _rest_fields(token: bytes) -> tuple[int, int, int, int]:

@@ -1574,6 +1574,39 @@ memo_size(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(n_rows * (Py_ssize_t)sizeof(StateInfo));
 }
 
+/* first_tokens(table, state, first_start) -> how many tokens start with a byte that state
+ * `state` of `table` (a DFA with its sink state last) does not send to the sink: the
+ * tokens a walk from it visits at all (TokenClasses._classify, once per new state). */
+static PyObject *
+first_tokens(PyObject *self, PyObject *args)
+{
+    Py_buffer table_b, first_b;
+    int state;
+    if (!PyArg_ParseTuple(args, "y*iy*", &table_b, &state, &first_b))
+        return NULL;
+    PyObject *out = NULL;
+    const Py_ssize_t n_rows = table_b.len / (256 * 4);
+    if (check_buffer(&table_b, 4, 256, "table") || table_b.len % (256 * 4) != 0
+        || check_buffer(&first_b, 8, 257, "first_start"))
+        goto done;
+    if (state < 0 || state >= n_rows - 1) {
+        PyErr_Format(PyExc_ValueError, "state %d is not a state of the table", state);
+        goto done;
+    }
+    const int32_t *row = (const int32_t *)table_b.buf + (int64_t)state * 256;
+    const int64_t *fs = (const int64_t *)first_b.buf;
+    const int32_t sink = (int32_t)(n_rows - 1);
+    int64_t n = 0;
+    for (int b = 0; b < 256; b++)
+        if (row[b] != sink)
+            n += fs[b + 1] - fs[b];
+    out = PyLong_FromLongLong(n);
+done:
+    PyBuffer_Release(&table_b);
+    PyBuffer_Release(&first_b);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
      "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits"
@@ -1583,6 +1616,9 @@ static PyMethodDef methods[] = {
      " rare_start .. long_ranks the exception path; only_excepted: -1, nothing written, when the state does not"
      " qualify for it; memo: a zeroed writable buffer of memo_size(table) bytes kept per DFA table (and vocabulary)"
      " across calls, where the chain facts of its states are kept."},
+    {"first_tokens", first_tokens, METH_VARARGS,
+     "first_tokens(table, state, first_start) -> the tokens whose first byte state does not send to the sink"
+     " (table: int32 rows of 256, the sink last)"},
     {"memo_size", memo_size, METH_VARARGS, "memo_size(n_rows) -> bytes of classify()'s memo for a table of n_rows"},
     {"classify_pair", classify_pair, METH_VARARGS,
      "classify_pair(table, acc, follow, state, state2, blob, offsets, lcp, max_len, first_start, rank_to_id,"

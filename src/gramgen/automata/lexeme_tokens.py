@@ -84,6 +84,14 @@ def chain_memo(table: np.ndarray) -> np.ndarray | None:
 _ALL_BYTES = np.ones(256, dtype=bool)
 
 
+def first_tokens(tt: TokenTable, table: np.ndarray, state: int) -> int:
+    """How many tokens start with a byte that ``state`` of ``table`` (a DFA with its sink
+    state last) takes: the tokens a walk from it visits at all."""
+    if _tokenwalk is not None:
+        return _tokenwalk.first_tokens(table, int(state), tt.first_start)
+    return int(np.diff(tt.first_start)[table[state] != table.shape[0] - 1].sum())
+
+
 def classify_tokens_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: int,
                            follow: np.ndarray | None = None, memo: np.ndarray | None = None) -> LexemeTokens:
     """:func:`classify_tokens` by the C kernel (requires ``_tokenwalk``)."""

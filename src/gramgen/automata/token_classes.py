@@ -23,7 +23,7 @@ from .bitmask import set_bits
 from .dfa import canonical_form, probe_bytes
 from .earley import ParserTables
 from .lexeme_tokens import (LexemeTokens, chain_memo, classify_tokens, classify_tokens_excepted,
-                            classify_tokens_from, run_suffixes)
+                            classify_tokens_from, first_tokens, run_suffixes)
 from .lexer_automaton import LexerAutomaton
 from .token_table import TokenTable
 
@@ -118,8 +118,7 @@ class TokenClasses:
         walked in full at once."""
         table, acc = self.sink_tables[lexeme]
         tt = self.token_table
-        alive = table[state] != table.shape[0] - 1
-        n_alive = int(self._first_sizes[alive].sum())
+        n_alive = first_tokens(tt, table, state)
         if n_alive * self.SPARSE_SHARE < len(tt.sorted_bytes):
             # few tokens start with a byte this state takes: the full walk visits only
             # those, cheaper than looking for a neighbour
@@ -135,7 +134,7 @@ class TokenClasses:
         # a string body walks only its few exceptions, cheaper than finding a neighbour
         found = classify_tokens_excepted(tt, table, acc, state, self.follow_masks[lexeme], self._memos[lexeme])
         if found is None:
-            found = self._classify_here(lexeme, state, alive, n_alive)
+            found = self._classify_here(lexeme, state, table[state] != table.shape[0] - 1, n_alive)
         if key is not None and not self._filtered:
             # (after precompute, classes reused from a state with dropped exits may lack
             # exits that hold in another grammar: those are not shared)
