@@ -64,3 +64,66 @@ def test_native_set_bits_checks_every_index_first():
     assert not words.any()   # nothing was set before the bad index was found
     with pytest.raises(ValueError, match="int32 or int64"):
         bitmask._bits.set_bits(words, np.array([1.0]))
+
+
+@pytest.mark.parametrize("size", [1, 33, 5000, 128_257])
+@pytest.mark.parametrize("density", [0.0, 0.001, 0.01, 0.3])
+def test_take_few_reads_out_and_clears(size, density, monkeypatch):
+    """take_few lists the set bits and zeroes the words when there are at most max_count
+    of them, and leaves the words untouched (None) when there are more; the C kernel and
+    the numpy reference agree."""
+    rng = np.random.default_rng(size + int(density * 1000))
+    allowed = rng.random(size) < density
+    n = int(allowed.sum())
+    for max_count in (0, n - 1, n, n + 5):
+        if max_count < 0:
+            continue
+        for native in (True, False):
+            if native and bitmask._bits is None:
+                continue
+            if not native:
+                monkeypatch.setattr(bitmask, "_bits", None)
+            words = bitmask.pack(allowed)
+            got = bitmask.take_few(words, max_count)
+            monkeypatch.undo()
+            if n > max_count:
+                assert got is None and (words == bitmask.pack(allowed)).all()
+            else:
+                assert got.tolist() == np.flatnonzero(allowed).tolist() and not words.any()
+
+
+def test_lexeme_tokens_held_sparse_read_as_packed():
+    """A LexemeTokens that holds its sets as positions reads like one that holds them
+    packed: ORs (whole and within a mask), exit ranks, the packed views, other exits."""
+    from gramgen.automata.lexeme_tokens import FEW_TOKENS, LexemeTokens
+
+    rng = np.random.default_rng(7)
+    n_ids, n_ranks = 3000, 2900
+    for k_in, k_ex in ((0, 0), (5, 0), (40, 3), (FEW_TOKENS + 100, 7)):
+        ids = np.sort(rng.choice(n_ids, k_in, replace=False)).astype(np.int64)
+        ranks = np.sort(rng.choice(n_ranks, k_ex, replace=False)).astype(np.int64)
+        inside = np.zeros(bitmask.n_words(n_ids), dtype=np.uint32)
+        exits = np.zeros(bitmask.n_words(n_ranks), dtype=np.uint32)
+        bitmask.set_bits(inside, ids)
+        bitmask.set_bits(exits, ranks)
+        packed = LexemeTokens(inside=inside, exits=exits, n_exits=k_ex)
+        sparse = LexemeTokens.held(ids, ranks, k_ex, inside.shape[0], exits.shape[0])
+        within_ids = bitmask.pack(rng.random(n_ids) < 0.5)
+        within_ranks = bitmask.pack(rng.random(n_ranks) < 0.5)
+        for lt in (packed, sparse):
+            assert (lt.inside == inside).all() and (lt.exits == exits).all() and lt.n_exits == k_ex
+            assert lt.exit_ranks().tolist() == ranks.tolist()
+            base = bitmask.pack(rng.random(n_ids) < 0.1)
+            words = base.copy()
+            lt.or_inside(words)
+            assert (words == (base | inside)).all()
+            words = base.copy()
+            lt.or_inside(words, within_ids)
+            assert (words == (base | (inside & within_ids))).all()
+            acc = np.zeros_like(exits)
+            lt.or_exits(acc, within_ranks)
+            assert (acc == (exits & within_ranks)).all()
+            fewer = lt.with_exits(ranks[::2])
+            assert fewer.exit_ranks().tolist() == ranks[::2].tolist() and fewer.n_exits == len(ranks[::2])
+            assert (fewer.inside == inside).all()
+        assert sparse.nbytes < packed.nbytes or k_in > FEW_TOKENS

@@ -244,6 +244,9 @@ def test_native_classification_equals_numpy(tokenizer):
                     n for b, n in by_first.items() if table[q, b] != table.shape[0] - 1), (k, q)
                 checked += 1
     assert checked >= 100
+    # the scratch masks classify() wrote into are left zeroed (few tokens or many)
+    tt = cg.token_table
+    assert not any(m.any() for m in lexeme_tokens._scratch(tt.n_words, (len(tt.sorted_bytes) + 31) // 32))
     table = cg.sink_tables[0][0]
     for bad in (-1, table.shape[0] - 1):  # the sink is not a state
         with pytest.raises(ValueError, match="not a state"):

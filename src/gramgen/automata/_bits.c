@@ -202,12 +202,53 @@ set_bits(PyObject *self, PyObject *args)
     return out;
 }
 
+/* take_few(words, max_count) -> bytes of int64, the set bits ascending, with the words
+ * zeroed, when at most max_count bits are set; None (the words untouched) when more are:
+ * a scratch mask read out as a short list and left clean for its next use */
+static PyObject *
+take_few(PyObject *self, PyObject *args)
+{
+    PyObject *words_o;
+    Py_ssize_t max_count;
+    if (!PyArg_ParseTuple(args, "On", &words_o, &max_count))
+        return NULL;
+    Py_buffer wv;
+    if (get_words(words_o, &wv, 1, "words") < 0)
+        return NULL;
+    uint32_t *w = wv.buf;
+    const Py_ssize_t n_words = wv.len / 4;
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < n_words && n <= max_count; i++)
+        n += __builtin_popcount(w[i]);
+    PyObject *out;
+    if (n > max_count) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else {
+        out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+        if (out) {
+            int64_t *a = (int64_t *)PyBytes_AS_STRING(out);
+            Py_ssize_t k = 0;
+            for (Py_ssize_t i = 0; i < n_words && k < n; i++) {
+                for (uint32_t b = w[i]; b; b &= b - 1)
+                    a[k++] = 32 * (int64_t)i + __builtin_ctz(b);
+                w[i] = 0;
+            }
+        }
+    }
+    PyBuffer_Release(&wv);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"positions", positions, METH_VARARGS,
      "positions(words, limit) -> bytes of int64: the set bits below limit, ascending"},
     {"candidates", candidates, METH_VARARGS,
      "candidates(exits, limit, rank_to_id, known) -> bytes of int64: ranks set in exits whose "
      "token is not set in known"},
+    {"take_few", take_few, METH_VARARGS,
+     "take_few(words, max_count) -> bytes of int64: the set bits, the words zeroed, when at most max_count "
+     "are set; else None and the words untouched"},
     {"set_bits", set_bits, METH_VARARGS,
      "set_bits(words, indices[, rank_to_id]): set the bits of the indices (or of their tokens) in place"},
     {NULL, NULL, 0, NULL},

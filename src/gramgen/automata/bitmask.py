@@ -58,6 +58,20 @@ def positions(words: np.ndarray, limit: int) -> np.ndarray:
     return out[out < limit] if out[-1] >= limit else out
 
 
+def take_few(words: np.ndarray, max_count: int) -> np.ndarray | None:
+    """The set bits of ``words`` (ascending, int64) with ``words`` zeroed, when at most
+    ``max_count`` are set; None, and ``words`` untouched, when more are. Reads a scratch
+    mask out as a short list and leaves it clean for its next use."""
+    if _bits is not None and words.dtype == np.uint32 and words.flags.c_contiguous:
+        found = _bits.take_few(words, max_count)
+        return None if found is None else np.frombuffer(found, dtype=np.int64)
+    if count(words) > max_count:
+        return None
+    out = positions(words, 32 * words.shape[0])
+    words[:] = 0
+    return out
+
+
 def set_bits(words: np.ndarray, ids, rank_to_id: np.ndarray | None = None) -> None:
     """Set the bits of token ``ids`` in place (of ``rank_to_id[ids]`` when given: ``ids``
     are then ranks of a token table)."""

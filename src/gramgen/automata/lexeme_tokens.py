@@ -20,11 +20,11 @@ through the DFA). The two give identical results; the tests compare them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
 
 import numpy as np
 
-from .bitmask import count, pack, set_bits
+from .bitmask import _bits, count, pack, positions, set_bits, take_few
 from .token_table import TokenTable
 
 try:
@@ -36,11 +36,124 @@ except ImportError:  # not built (no C compiler at install, or a source checkout
 NATIVE = _tokenwalk is not None and os.environ.get("GRAMGEN_NATIVE", "1") != "0"
 
 
-@dataclass(frozen=True)
 class LexemeTokens:
-    inside: np.ndarray  # packed uint32 mask of inside tokens (by token id)
-    exits: np.ndarray   # packed uint32 set of exit tokens that are not inside, by *rank*
-    n_exits: int
+    """The tokens one lexeme state decides: ``inside`` (a packed uint32 mask by token id)
+    and ``exits`` (the exit tokens that are not inside, packed by *rank*), ``n_exits`` of
+    them.
+
+    Each set is held packed, or as its sorted positions when it has at most
+    :data:`FEW_TOKENS` members (most states: a literal, a digit, a closing quote). A packed
+    set is V/8 bytes (16 KB each with a 128k vocabulary), and a state is classified where
+    its first mask needs it: fresh memory, whose page faults cost more than a sparse
+    state's walk. Read them with :meth:`or_inside` / :meth:`or_exits` / :meth:`exit_ranks`;
+    ``inside`` and ``exits`` build the packed form. Immutable."""
+
+    __slots__ = ("_inside", "_exits", "n_exits", "_n_words", "_n_rank_words")
+
+    def __init__(self, inside: np.ndarray, exits: np.ndarray, n_exits: int):
+        """Both sets packed."""
+        self._inside, self._exits, self.n_exits = inside, exits, int(n_exits)
+        self._n_words, self._n_rank_words = inside.shape[0], exits.shape[0]
+
+    @classmethod
+    def held(cls, inside, exits, n_exits: int, n_words: int, n_rank_words: int) -> "LexemeTokens":
+        """Each set packed (uint32 words) or as positions (int64, ascending)."""
+        lt = cls.__new__(cls)
+        lt._inside, lt._exits, lt.n_exits = inside, exits, int(n_exits)
+        lt._n_words, lt._n_rank_words = n_words, n_rank_words
+        return lt
+
+    @staticmethod
+    def _packed(held: np.ndarray, n: int) -> np.ndarray:
+        if held.dtype == np.uint32:
+            return held
+        out = np.zeros(n, dtype=np.uint32)
+        set_bits(out, held)
+        return out
+
+    @property
+    def inside(self) -> np.ndarray:
+        return self._packed(self._inside, self._n_words)
+
+    @property
+    def exits(self) -> np.ndarray:
+        return self._packed(self._exits, self._n_rank_words)
+
+    @staticmethod
+    def _or(held: np.ndarray, words: np.ndarray, within: np.ndarray | None) -> None:
+        if held.dtype == np.uint32:
+            if within is None:
+                np.bitwise_or(words, held, out=words)
+            else:
+                words |= held & within
+        elif held.size:
+            if within is not None:
+                held = held[((within[held >> 5] >> (held & 31).astype(np.uint32)) & 1) != 0]
+            if _bits is not None and words.flags.c_contiguous:
+                _bits.set_bits(words, held)  # (positions are checked there)
+            else:
+                set_bits(words, held)
+
+    def or_inside(self, words: np.ndarray, within: np.ndarray | None = None) -> None:
+        """``words |= inside`` (``& within``, packed by id, when given), in place."""
+        self._or(self._inside, words, within)
+
+    def or_exits(self, words: np.ndarray, within: np.ndarray | None = None) -> None:
+        """``words |= exits`` (``& within``, packed by rank), in place."""
+        self._or(self._exits, words, within)
+
+    def exit_ranks(self) -> np.ndarray:
+        """The exit tokens' ranks, ascending (int64)."""
+        if self._exits.dtype == np.uint32:
+            return positions(self._exits, 32 * self._n_rank_words)
+        return self._exits
+
+    def with_exits(self, ranks: np.ndarray) -> "LexemeTokens":
+        """The same inside tokens, and these exit ranks (ascending, int64) instead."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        if ranks.size > FEW_TOKENS:
+            packed = np.zeros(self._n_rank_words, dtype=np.uint32)
+            set_bits(packed, ranks)
+            ranks = packed
+        return LexemeTokens.held(self._inside, ranks, ranks.size if ranks.dtype == np.int64 else count(ranks),
+                                 self._n_words, self._n_rank_words)
+
+    @property
+    def nbytes(self) -> int:
+        return self._inside.nbytes + self._exits.nbytes
+
+
+#: a classified set of at most this many tokens is held as its positions (see LexemeTokens)
+FEW_TOKENS = 512
+
+
+class _Scratch(threading.local):
+    """Per thread, zeroed masks to classify into (see :func:`_classify_native`)."""
+
+    def __init__(self):
+        self.masks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+_SCRATCH = _Scratch()
+
+
+def _scratch(n_words: int, n_rank_words: int) -> tuple[np.ndarray, np.ndarray]:
+    found = _SCRATCH.masks.get((n_words, n_rank_words))
+    if found is None:
+        found = _SCRATCH.masks[(n_words, n_rank_words)] = (np.zeros(n_words, dtype=np.uint32),
+                                                           np.zeros(n_rank_words, dtype=np.uint32))
+    return found
+
+
+def _held(scratch: np.ndarray) -> np.ndarray:
+    """A scratch mask's content as :class:`LexemeTokens` holds it (few: positions; else a
+    packed copy), the scratch left zeroed."""
+    few = take_few(scratch, FEW_TOKENS)
+    if few is not None:
+        return few
+    out = scratch.copy()
+    scratch[:] = 0
+    return out
 
 
 #: a state with at least this many self-looping bytes first sets aside the tokens made
@@ -115,20 +228,28 @@ def _classify_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: 
     if _tokenwalk is None:
         raise RuntimeError("gramgen's native kernel (gramgen.automata._tokenwalk) is not built")
     n_ranks = len(tt.sorted_bytes)
-    inside = np.zeros(tt.n_words, dtype=np.uint32)
-    exits = np.zeros((n_ranks + 31) // 32, dtype=np.uint32)
+    n_rank_words = (n_ranks + 31) // 32
     if not n_ranks:
-        return LexemeTokens(inside=inside, exits=exits, n_exits=0)
+        return LexemeTokens(inside=np.zeros(tt.n_words, dtype=np.uint32),
+                            exits=np.zeros(n_rank_words, dtype=np.uint32), n_exits=0)
     fields = _chain_fields(tt)
     if fields and EXCEPTED:  # the exception path's fields: then the flag, and the memo if kept
         fields += (only_excepted,) + (() if memo is None else (memo,))
-    n_exits = _tokenwalk.classify(
-        np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),
-        _as_u8(_ALL_BYTES if follow is None else follow), int(state),
-        tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits, *fields)
+    # classified into this thread's zeroed scratch masks, then held as LexemeTokens holds
+    # them (few tokens: their positions, without touching fresh memory)
+    inside, exits = _scratch(tt.n_words, n_rank_words)
+    try:
+        n_exits = _tokenwalk.classify(
+            np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc),
+            _as_u8(_ALL_BYTES if follow is None else follow), int(state),
+            tt.blob, tt.offsets, tt.lcp, tt.max_len, tt.first_start, tt.rank_to_id, inside, exits, *fields)
+    except BaseException:
+        inside[:] = 0
+        exits[:] = 0
+        raise
     if n_exits < 0:
-        return None
-    return LexemeTokens(inside=inside, exits=exits, n_exits=n_exits)
+        return None  # (nothing written)
+    return LexemeTokens.held(_held(inside), _held(exits), n_exits, tt.n_words, n_rank_words)
 
 
 #: whether :func:`classify_tokens_native` passes the fields of the exception path (a
@@ -156,7 +277,7 @@ def classify_tokens_from(tt: TokenTable, table: np.ndarray, acc: np.ndarray, sta
     (``_tokenwalk.classify_pair``). Requires the native kernel."""
     if _tokenwalk is None:
         raise RuntimeError("gramgen's native kernel (gramgen.automata._tokenwalk) is not built")
-    inside, exits = ref.inside.copy(), ref.exits.copy()
+    inside, exits = ref.inside.copy(), ref.exits.copy()  # (packed copies: written below)
     if len(tt.sorted_bytes):
         _tokenwalk.classify_pair(
             np.ascontiguousarray(table, dtype=np.int32), _as_u8(acc), _as_u8(follow), int(state), int(state2),

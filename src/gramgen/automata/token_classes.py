@@ -318,7 +318,7 @@ class TokenClasses:
         taken = (class_bits[:, :n_words] & wanted).any(axis=1)
         open_ = ~taken & (class_bits[:, n_words:] & wanted).any(axis=1)
         words = np.zeros(tt.n_words, dtype=np.uint32)
-        undecided = np.zeros_like(self.lexeme_tokens(lexeme, state).exits)
+        undecided = np.zeros((len(tt.sorted_bytes) + 31) // 32, dtype=np.uint32)
         for c, (id_words, rank_words) in big.items():
             if taken[c]:
                 words |= id_words
@@ -345,7 +345,7 @@ class TokenClasses:
                 raise RuntimeError("gramgen's native recogniser (gramgen.automata._earley) is not built")
             tt = self.token_table
             lt = self.lexeme_tokens(lexeme, state)
-            ranks = bitmask.positions(lt.exits, len(tt.sorted_bytes))
+            ranks = lt.exit_ranks()
             class_of, bits = native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets)
             class_of = np.frombuffer(class_of, dtype=np.int32)
             n_words = 2 * ((len(self.tables.lex_dfas) + 63) // 64)
@@ -359,7 +359,7 @@ class TokenClasses:
                 members = ranks[class_of == c]
                 id_words = np.zeros(tt.n_words, dtype=np.uint32)
                 set_bits(id_words, members, tt.rank_to_id)
-                rank_words = np.zeros_like(lt.exits)
+                rank_words = np.zeros((len(tt.sorted_bytes) + 31) // 32, dtype=np.uint32)
                 set_bits(rank_words, members)
                 big[int(c)] = (id_words, rank_words)
             small = ~is_big[class_of]
@@ -379,13 +379,11 @@ class TokenClasses:
         Python and Lark grammars: mask p99 8–18 % and first masks 33–49 % lower without
         it). The masks are the same either way: the parser walk rejects those tokens too."""
         tt = self.token_table
-        ranks = np.flatnonzero(bitmask.unpack(found.exits, len(tt.sorted_bytes)))
+        ranks = found.exit_ranks()
         alive = self.lexer.alive(tt, self.lexer.state_of([(lexeme, state)]), ranks)
         if alive.all():
             return found
-        keep = np.zeros(len(tt.sorted_bytes), dtype=bool)
-        keep[ranks[alive]] = True
-        return LexemeTokens(inside=found.inside, exits=bitmask.pack(keep), n_exits=int(alive.sum()))
+        return found.with_exits(ranks[alive])
 
     def precompute(self) -> None:
         """Classify the vocabulary for every lexeme state now instead of on first use."""

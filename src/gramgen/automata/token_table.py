@@ -86,7 +86,7 @@ class TokenTable:
         self._longer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         #: lexeme-state classes shared by every grammar compiled for this vocabulary
         #: (``TokenClasses._classify``), keyed by the state's future and follow bytes
-        self.shared_classes: SizedLRU = SizedLRU(64 << 20, lambda lt: lt.inside.nbytes + lt.exits.nbytes)
+        self.shared_classes: SizedLRU = SizedLRU(64 << 20, lambda lt: lt.nbytes)
         #: by token id, its length (tokens left out: longer than any depth)
         self._id_lengths = np.full(self.vocab_size, np.iinfo(np.int64).max, dtype=np.int64)
         self._id_lengths[self.rank_to_id] = lengths

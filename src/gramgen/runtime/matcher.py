@@ -524,10 +524,11 @@ class Matcher:
         long_ids, long_ranks = ~short_ids, ~short_ranks
         exits = None
         for lt in classes:
-            words |= lt.inside & long_ids
+            lt.or_inside(words, long_ids)
             if lt.n_exits:
-                part = lt.exits & long_ranks
-                exits = part if exits is None else np.bitwise_or(exits, part, out=exits)
+                if exits is None:
+                    exits = np.zeros(long_ranks.shape[0], dtype=np.uint32)
+                lt.or_exits(exits, long_ranks)
         if exits is not None and exits.any():
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
@@ -543,13 +544,16 @@ class Matcher:
         exits = None
         decided = self._exits_by_starts(cur, classes, count=limit is None)
         for i, lt in enumerate(classes):
-            words |= lt.inside
+            lt.or_inside(words)
             if lt.n_exits:
-                part = lt.exits
+                if exits is None:
+                    exits = np.zeros((len(tt.sorted_bytes) + 31) // 32, dtype=np.uint32)
                 if decided and i in decided:
                     taken, part = decided[i]
                     words |= taken
-                exits = part.copy() if exits is None else np.bitwise_or(exits, part, out=exits)
+                    exits |= part
+                else:
+                    lt.or_exits(exits)
         if self._tables.is_accepting(cur):
             bitmask.set_bits(words, cg.eos_ids)
         if exits is not None:
