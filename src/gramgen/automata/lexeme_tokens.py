@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from .bitmask import _bits, count, pack, positions, set_bits, take_few
+from .bitmask import count, pack, positions, set_bits, take_few
 from .token_table import TokenTable
 
 try:
@@ -89,10 +89,7 @@ class LexemeTokens:
         elif held.size:
             if within is not None:
                 held = held[((within[held >> 5] >> (held & 31).astype(np.uint32)) & 1) != 0]
-            if _bits is not None and words.flags.c_contiguous:
-                _bits.set_bits(words, held)  # (positions are checked there)
-            else:
-                set_bits(words, held)
+            set_bits(words, held)
 
     def or_inside(self, words: np.ndarray, within: np.ndarray | None = None) -> None:
         """``words |= inside`` (``& within``, packed by id, when given), in place."""
@@ -227,9 +224,8 @@ def _classify_native(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: 
                      follow: np.ndarray | None, only_excepted: bool, memo: np.ndarray | None) -> LexemeTokens | None:
     if _tokenwalk is None:
         raise RuntimeError("gramgen's native kernel (gramgen.automata._tokenwalk) is not built")
-    n_ranks = len(tt.sorted_bytes)
-    n_rank_words = (n_ranks + 31) // 32
-    if not n_ranks:
+    n_rank_words = tt.n_rank_words
+    if not len(tt.sorted_bytes):
         return LexemeTokens(inside=np.zeros(tt.n_words, dtype=np.uint32),
                             exits=np.zeros(n_rank_words, dtype=np.uint32), n_exits=0)
     fields = _chain_fields(tt)
@@ -398,7 +394,7 @@ def _classify_sparse(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: 
         exits = np.unique(exits)
     by_id = np.zeros(tt.n_words, dtype=np.uint32)
     set_bits(by_id, tt.rank_to_id[inside])
-    exit_words = np.zeros((len(tt.sorted_bytes) + 31) // 32, dtype=np.uint32)
+    exit_words = np.zeros(tt.n_rank_words, dtype=np.uint32)
     set_bits(exit_words, exits)
     return LexemeTokens(inside=by_id, exits=exit_words, n_exits=int(exits.size))
 

@@ -318,7 +318,7 @@ class TokenClasses:
         taken = (class_bits[:, :n_words] & wanted).any(axis=1)
         open_ = ~taken & (class_bits[:, n_words:] & wanted).any(axis=1)
         words = np.zeros(tt.n_words, dtype=np.uint32)
-        undecided = np.zeros((len(tt.sorted_bytes) + 31) // 32, dtype=np.uint32)
+        undecided = np.zeros(tt.n_rank_words, dtype=np.uint32)
         for c, (id_words, rank_words) in big.items():
             if taken[c]:
                 words |= id_words
@@ -359,7 +359,7 @@ class TokenClasses:
                 members = ranks[class_of == c]
                 id_words = np.zeros(tt.n_words, dtype=np.uint32)
                 set_bits(id_words, members, tt.rank_to_id)
-                rank_words = np.zeros((len(tt.sorted_bytes) + 31) // 32, dtype=np.uint32)
+                rank_words = np.zeros(tt.n_rank_words, dtype=np.uint32)
                 set_bits(rank_words, members)
                 big[int(c)] = (id_words, rank_words)
             small = ~is_big[class_of]

@@ -40,6 +40,8 @@ class TokenTable:
         #: (a tuple of bytes: the garbage collector stops tracking it, where a list of a
         #: large vocabulary would be walked by every full collection, ~1.7 ms at 128k)
         self.sorted_bytes: tuple[bytes, ...] = tuple(tokens[i] for i in ids)
+        #: uint32 words of a mask by rank (exit tokens, LexemeTokens.exits)
+        self.n_rank_words = (len(ids) + 31) // 32
         self.id_to_rank = np.full(self.vocab_size, -1, dtype=np.int64)
         self.id_to_rank[self.rank_to_id] = np.arange(len(ids))
         lengths = np.array([len(b) for b in self.sorted_bytes], dtype=np.int64)
@@ -164,7 +166,7 @@ class TokenTable:
         # is at most LONG_ROWS - 1 characters unless it loops, which leaves none longer)
         rows = min(LONG_ROWS, self.max_len + 1)
         self.long_ids = np.zeros((rows, self.n_words), dtype=np.uint32)
-        self.long_ranks = np.zeros((rows, (n + 31) // 32), dtype=np.uint32)
+        self.long_ranks = np.zeros((rows, self.n_rank_words), dtype=np.uint32)
         for L in range(rows):
             longer = chars > L
             by_id = np.zeros(self.vocab_size, dtype=bool)

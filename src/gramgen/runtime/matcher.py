@@ -547,7 +547,7 @@ class Matcher:
             lt.or_inside(words)
             if lt.n_exits:
                 if exits is None:
-                    exits = np.zeros((len(tt.sorted_bytes) + 31) // 32, dtype=np.uint32)
+                    exits = np.zeros(tt.n_rank_words, dtype=np.uint32)
                 if decided and i in decided:
                     taken, part = decided[i]
                     words |= taken
