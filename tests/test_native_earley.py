@@ -240,6 +240,106 @@ def test_native_masks_equal_python_masks_along_long_strings(tokenizer, max_lengt
     assert a.is_accepting()
 
 
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
+def test_native_masks_equal_python_masks_along_a_counted_lexeme(tokenizer, monkeypatch):
+    """A pattern with a maxLength is one lexeme whose DFA counts the characters along a
+    chain of states, longer than the native walk follows a chain (CHAIN_WALK_MAX): each
+    state's room is then a lower bound, and each new state's walk resumes where the last
+    one's stopped. Masks equal the Python implementation's at every step of a value that
+    ends 3 characters short of the maxLength, and again after a rollback to its middle
+    and a different continuation (states met out of order)."""
+    from conftest import hf_tokenizer, vocabulary
+
+    vocab = vocabulary(tokenizer)
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^[a-z ]*$", "maxLength": 600}}}
+    monkeypatch.setattr(earley, "NATIVE", True)
+    native = gramgen.compile(gramgen.Grammar.from_json_schema(schema), vocab)
+    monkeypatch.setattr(earley, "NATIVE", False)
+    python = gramgen.compile(gramgen.Grammar.from_json_schema(schema), vocab)
+    monkeypatch.undo()
+    assert native.tables.native is not None and python.tables.native is None
+    tok = hf_tokenizer(tokenizer)
+    value = ("and some plain words to fill the chain" + " " * 40) * 10
+    head = tok.encode('{"s": "' + value[:297], add_special_tokens=False)
+    a, b = native.matcher(), python.matcher()
+    tail = tok.encode(value[297:597] + '"}', add_special_tokens=False)
+    for t in head + tail:
+        assert (a.mask() == b.mask()).all(), a.text_bytes()
+        a.advance(t)
+        b.advance(t)
+    assert a.is_accepting()
+    for m in (a, b):
+        m.rollback(len(tail))
+    for t in tok.encode("x" * 150 + "  y" * 50 + '"}', add_special_tokens=False):
+        assert (a.mask() == b.mask()).all(), a.text_bytes()
+        a.advance(t)
+        b.advance(t)
+    assert a.is_accepting()
+
+
+def _reference_chain(trans: np.ndarray, q: int) -> tuple[int | None, bytes]:
+    """A state's plain chain walked one step at a time: the plain bytes (those that lead
+    to the target most printable ASCII bytes go to, if at least 8 do), and how many of them
+    keep the lexeme alive (None: any number, the chain loops), or 0 without a chain."""
+    row = trans[q]
+    targets = [int(t) for t in row[0x20:0x7F] if t >= 0]
+    if not targets:
+        return 0, bytes(256)
+    best = max(dict.fromkeys(targets), key=targets.count)   # (the first of the most common)
+    if targets.count(best) < 8:
+        return 0, bytes(256)
+    plain = (row == best).astype(np.uint8)
+    cols = np.flatnonzero(plain)
+    at, room, seen = best, 1, set()
+    while True:
+        nxt = set(trans[at, cols].tolist())
+        if len(nxt) != 1 or nxt == {-1}:
+            return room, plain.tobytes()
+        to = nxt.pop()
+        if to == at or at in seen:
+            return None, plain.tobytes()
+        seen.add(at)
+        at, room = to, room + 1
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "shuffled"])
+def test_plain_chains_equal_a_walk_one_step_at_a_time(order):
+    """The native walk's plain chains (how many plain bytes keep a lexeme alive from a
+    state: what lets rests through at a glance) equal a one-step-at-a-time walk, capped
+    at CHAIN_WALK_MAX (a chain that loops may show either), whatever order the states are
+    first asked in: each chain's walk resumes the runs earlier walks left (a counted
+    string's states, asked in the order they count, take one new step each)."""
+    WALK_MAX, ROOM_MAX = 256, 4096
+    schema = {"type": "object", "properties": {
+        "s": {"type": "string", "pattern": "^[a-z ]*$", "maxLength": 600},
+        "t": {"type": "string", "maxLength": 90},
+        "u": {"type": "string", "pattern": "^[a-z]{300,}$"}}}
+    ir, dfas = compile_lexemes(gramgen.Grammar.from_json_schema(schema).ir)
+    tables = ParserTables(ir, dfas, native=True)
+    native = tables.native
+    checked = loops = 0
+    for k, dfa in enumerate(tables.lex_dfas):
+        trans = np.asarray(dfa.transitions)
+        states = list(range(trans.shape[0]))
+        if order == "descending":
+            states.reverse()
+        elif order == "shuffled":
+            random.Random(k).shuffle(states)
+        for q in states:
+            room, plain = native.plain_chain(k, q)
+            want, want_plain = _reference_chain(trans, q)
+            assert plain == want_plain, (k, q)
+            if want is None:
+                assert room in (WALK_MAX, ROOM_MAX), (k, q, room)
+            else:
+                assert room == min(want, WALK_MAX), (k, q, room, want)
+            checked += want is not None and want > 4
+            loops += want is None
+    assert checked > 500 and loops > 100   # the counted chains, and those that end in a loop
+    with pytest.raises(ValueError):
+        native.plain_chain(0, 10 ** 6)
+
+
 def test_sets_of_another_grammar_are_refused():
     json_tab, _ = _pair("json")
     sql_tab, _ = _pair("sql")

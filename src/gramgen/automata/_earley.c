@@ -250,6 +250,7 @@ typedef struct {
     uint64_t *first;        /* [n_states * 4]: bytes defined from each state, lazily */
     uint8_t *first_known;   /* [n_states] */
     Chain **chains;         /* [n_states]: each state's plain chain, made on first use */
+    struct Run *runs;       /* [n_states]: what chain walks learned of each state (see plain_chain) */
 } Lex;
 
 typedef struct {
@@ -357,6 +358,7 @@ tables_dealloc(Tables *t)
                     PyMem_Free(t->lex[k].chains[q]);
                 PyMem_Free(t->lex[k].chains);
             }
+            PyMem_Free(t->lex[k].runs);
         }
         PyMem_Free(t->lex);
     }
@@ -1999,12 +2001,30 @@ resume_level(const uint8_t *data, int32_t len, const uint8_t *prev, int32_t dept
     return lcp;
 }
 
+/* a chain that loops: any number of plain bytes */
 #define CHAIN_ROOM_MAX 4096
+/* the room of a chain that does not loop is followed this far at most: a counted string
+ * counts along one state per character up to its maxLength. Room is only ever used as a
+ * sufficient condition (a rest of at most `room` plain bytes stays inside), so a bound
+ * stays exact: it costs only tokens with longer plain rests the at-a-glance test (every
+ * shipped vocabulary's tokens are at most 128 bytes long). */
+#define CHAIN_WALK_MAX 256
+
+/* What a chain walk learned of a state it stepped from: with the bytes of chain `of`,
+ * `len` steps lead from it to `to`, and then the chain ends (why 1), loops (why 2), or was
+ * not followed further (why 0). The states of a counted string are met in the order they
+ * count, each one's walk going over the same states as the last: with the runs each new
+ * state's walk jumps to where the last one stopped, so it takes one new step, not
+ * CHAIN_WALK_MAX. */
+typedef struct Run {
+    const Chain *of;
+    int32_t to, len;
+    uint8_t why;
+} Run;
 
 static void
-plain_chain(const Tables *t, int32_t k, int32_t q, Chain *ch)
+plain_chain(Lex *L, int32_t q, Chain *ch)
 {
-    const Lex *L = &t->lex[k];
     const int32_t *row = L->trans + 256 * (size_t)q;
     /* the target most printable ASCII bytes go to */
     int32_t best = -1, best_n = 0;
@@ -2024,29 +2044,60 @@ plain_chain(const Tables *t, int32_t k, int32_t q, Chain *ch)
     memset(ch->plain, 0, 256);
     if (best < 0 || best_n < 8)
         return;
+    uint8_t bytes[256];
+    int nb = 0;
     for (int b = 0; b < 256; b++)
-        ch->plain[b] = row[b] == best;
+        if ((ch->plain[b] = row[b] == best))
+            bytes[nb++] = (uint8_t)b;
+    /* the states stepped from one by one, and the room when there */
+    int32_t path[CHAIN_WALK_MAX], path_room[CHAIN_WALK_MAX];
+    int np = 0, why = 0;
     int32_t at = best, room = 1;
-    while (room < CHAIN_ROOM_MAX) {
-        const int32_t *r = L->trans + 256 * (size_t)at;
-        int32_t to = -2;
-        for (int b = 0; b < 256 && to != -1; b++)
-            if (ch->plain[b]) {
-                if (to == -2)
-                    to = r[b];
-                else if (r[b] != to)
-                    to = -1;
+    while (room < CHAIN_WALK_MAX) {
+        const Run *run = L->runs ? &L->runs[at] : NULL;
+        if (run && run->of && (run->why || run->len > 0) && memcmp(run->of->plain, ch->plain, 256) == 0) {
+            if (run->why == 2) {
+                why = 2;
+                break;
             }
-        if (to < 0)
+            room += run->len;
+            at = run->to;
+            if (run->why == 1) {
+                why = 1;
+                break;
+            }
+            continue;
+        }
+        path[np] = at;
+        path_room[np++] = room;
+        const int32_t *r = L->trans + 256 * (size_t)at;
+        int32_t to = r[bytes[0]];
+        for (int x = 1; x < nb && to >= 0; x++)
+            if (r[bytes[x]] != to)
+                to = -1;
+        if (to < 0) {
+            why = 1;
             break;
+        }
         if (to == at) {   /* a loop: any number of plain bytes */
-            room = CHAIN_ROOM_MAX;
+            why = 2;
             break;
         }
         at = to;
         room++;
     }
-    ch->room = room;
+    /* (the runs count every step they know of: room may be past the bound here) */
+    ch->room = why == 2 ? CHAIN_ROOM_MAX : room < CHAIN_WALK_MAX ? room : CHAIN_WALK_MAX;
+    /* a walk of a few steps is cheaper than remembering it */
+    if (np < 4 || (!L->runs && !(L->runs = PyMem_Calloc((size_t)L->n_states, sizeof(Run)))))
+        return;   /* (out of memory: nothing is remembered, the result stands) */
+    for (int i = 0; i < np; i++) {
+        Run *run = &L->runs[path[i]];
+        run->of = ch;
+        run->to = at;
+        run->len = room - path_room[i];
+        run->why = (uint8_t)why;
+    }
 }
 
 /* the plain chain of lexeme k's state q, made on first use (NULL: out of memory) */
@@ -2064,7 +2115,7 @@ state_chain(Tables *t, int32_t k, int32_t q)
             PyErr_NoMemory();
             return NULL;
         }
-        plain_chain(t, k, q, ch);
+        plain_chain(L, q, ch);
         L->chains[q] = ch;
     }
     return L->chains[q];
@@ -3580,6 +3631,23 @@ done:
     return out;
 }
 
+/* plain_chain(k, q) -> (room, plain): state_chain's result, for tests */
+static PyObject *
+tables_plain_chain(Tables *t, PyObject *args)
+{
+    int k, q;
+    if (!PyArg_ParseTuple(args, "ii", &k, &q))
+        return NULL;
+    if (k < 0 || k >= t->n_lex || q < 0 || q >= t->lex[k].n_states) {
+        PyErr_Format(PyExc_ValueError, "no state %d of lexeme %d", q, k);
+        return NULL;
+    }
+    const Chain *ch = state_chain(t, k, q);
+    if (!ch)
+        return NULL;
+    return Py_BuildValue("iy#", (int)ch->room, (const char *)ch->plain, (Py_ssize_t)256);
+}
+
 static PyMethodDef tables_methods[] = {
     {"step", (PyCFunction)(void (*)(void))tables_step, METH_FASTCALL,
      "step(chart, byte): the set after byte, or None if no parse survives it"},
@@ -3603,6 +3671,9 @@ static PyMethodDef tables_methods[] = {
     {"exit_classes", (PyCFunction)tables_exit_classes, METH_VARARGS,
      "exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes): the lexemes each token's rest "
      "stays inside, or ends inside, after lexeme k (from state q) ends in it"},
+    {"plain_chain", (PyCFunction)tables_plain_chain, METH_VARARGS,
+     "plain_chain(k, q) -> (room, plain): lexeme k's state q's plain bytes (plain[b] 1 for each) and how "
+     "many of them keep the lexeme alive (CHAIN_WALK_MAX at most, CHAIN_ROOM_MAX: any number)"},
     {"walk_exits", (PyCFunction)tables_walk_exits, METH_VARARGS,
      "walk_exits(chart, far, ranks, blob, offsets, remember=1, fold=1, limit=-1) -> (found, beyond, steps, work) or None"},
     {NULL}
