@@ -95,6 +95,7 @@ class _Parts:
                 return None
             parts.steps += walked[2]
             parts.work += walked[3]
+            matcher._walk_work = walked[3] + (matcher._walk_work or 0)   # as Matcher._native_walk
             return np.frombuffer(walked[0], dtype=np.int32), np.frombuffer(walked[1], dtype=np.int32)
 
         TokenClasses.lexeme_tokens = timed_classes

@@ -179,3 +179,79 @@ def test_started_after_an_ignored_lexeme_is_what_started_where_it_began():
         tables.native.started_after(chart, tables.ignore_lexemes[0], [len(chart) + 3])
     with pytest.raises(ValueError, match="lexeme out of range"):
         tables.native.started_after(chart, len(tables.lex_dfas), [0])
+
+
+@pytest.mark.parametrize("tname", ["llama3", "gpt2"])
+def test_exit_classes_read_only_the_lexemes_that_may_follow(tname):
+    """The exit classes read only the lexemes that may follow the lexeme anywhere (a long
+    string's block: the next block or its tail, not the other lexemes of the schema that
+    start with a letter). Every decision equals the one from classes over all lexemes, at
+    every scan of a text that crosses block ends (the shortcut on every scan), and the
+    masks equal the walk's alone."""
+    schema = {"type": "object", "properties": {
+        **{f"key_{i}": {"type": "string", "enum": [f"value {i}", f"other {i}"]} for i in range(30)},
+        "long": {"type": "string", "maxLength": 2000}, "n": {"type": "integer"}}}
+    grammar = gramgen.Grammar.from_json_schema(schema)
+    vocab = vocabulary(tname)
+    on, off = gramgen.compile(grammar, vocab), gramgen.compile(grammar, vocab)
+    off.classes.EXITS_BY_STARTS = False
+    on.classes.exits_after_pays = lambda k, q, count=True: True
+    cls = on.classes
+    text = ('{"key_3": "value 3", "long": "' + ("the quick brown fox jumps over a lazy dog, " * 12)[:500]
+            + '", "n": 12}')
+    m_on, m_off = on.matcher(), off.matcher()
+    for t in hf_tokenizer(tname).encode(text, add_special_tokens=False):
+        assert np.array_equal(m_on.mask(), m_off.mask()), m_on.text_bytes()[-40:]
+        m_on.advance(t)
+        m_off.advance(t)
+    assert m_on.is_accepting()
+    n_words = (len(on.tables.lex_dfas) + 63) // 64
+    narrower = 0
+    for (k, q, starts), (words, undecided) in list(cls._exits_after.items()):
+        assert int.from_bytes(starts, "little") & ~on.tables.follow_lexemes[k] == 0
+        ranks, class_of, bits, big = cls._exit_classes(k, q, within=False)
+        wanted = np.frombuffer(starts, dtype=np.uint64)
+        taken = (bits[:, :n_words] & wanted).any(axis=1)
+        open_ = ~taken & (bits[:, n_words:] & wanted).any(axis=1)
+        want_words = np.zeros_like(words)
+        want_undecided = np.zeros_like(undecided)
+        for c, (id_words, rank_words) in big.items():
+            if taken[c]:
+                want_words |= id_words
+            elif open_[c]:
+                want_undecided |= rank_words
+        bitmask.set_bits(want_words, ranks[taken[class_of]], on.token_table.rank_to_id)
+        bitmask.set_bits(want_undecided, ranks[open_[class_of]])
+        assert np.array_equal(words, want_words) and np.array_equal(undecided, want_undecided), (k, q)
+        narrower += len(cls._exit_classes(k, q)[2]) < len(bits) or bin(on.tables.follow_lexemes[k]).count("1") < 8
+    assert narrower
+    with pytest.raises(ValueError, match="one bit per lexeme"):
+        on.tables.native.exit_classes(0, 0, np.zeros(0, dtype=np.int64), on.token_table.blob,
+                                      on.token_table.offsets, b"\0" * (8 * n_words + 1))
+
+
+def test_exit_classes_are_made_after_two_costly_walks():
+    """A scan that is not ignored gets exit classes once two walks of its exits were
+    costly (at least one unit of work per EXIT_WALK_SHARE exit tokens): near a long
+    string's block end, where a walk after the first is cheap (it folds the tokens that
+    cross, and finds the first walk's passes cached), the classes would cost far more."""
+    grammar = gramgen.Grammar.from_json_schema({"type": "string", "maxLength": 2000})
+    cg = gramgen.compile(grammar, vocabulary("llama3"))
+    cls = cg.classes
+    k = next(i for i, n in enumerate(cg.tables.lexeme_names) if n.startswith("BLOCK"))
+    many = [q for q in range(cg.tables.lex_dfas[k].n_states)
+            if cls.lexeme_tokens(k, q).n_exits >= cls.EXITS_BY_STARTS_MIN]
+    assert len(many) >= 2
+    costly, cheap = many[:2]
+    n = cls.lexeme_tokens(k, costly).n_exits
+    for q, work in ((costly, -(-n // cls.EXIT_WALK_SHARE)), (cheap, 3_000)):
+        assert not cls.exits_after_pays(k, q, count=False)   # not counted: no visit noted
+        cls.note_exit_walk([(k, q)], work)                   # (not asked about: not noted)
+        assert not cls.exits_after_pays(k, q)
+        cls.note_exit_walk([(k, q)], work * 4)
+        assert not cls.exits_after_pays(k, q)
+        cls.note_exit_walk([(k, q)], work)
+    assert cls.exits_after_pays(k, costly)
+    assert not cls.exits_after_pays(k, cheap)
+    cls.note_exit_walk([(k, cheap)], 10 ** 9)   # (two walks noted: the least stands)
+    assert not cls.exits_after_pays(k, cheap)

@@ -3174,7 +3174,7 @@ done:
     return out;
 }
 
-/* exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes)
+/* exit_classes(k, q, ranks, blob, offsets[, within]) -> (class_of, classes)
  *
  * For the tokens `ranks` read from state q of lexeme k, where k ends inside the token (k
  * accepts after some of its bytes and the next byte may follow it; the rest is then read
@@ -3184,19 +3184,37 @@ done:
  * of uint64, 2 W words per class, W = ceil(n_lex / 64): A, then E) holds them. Where the
  * lexemes S start after k ends (started_after, the same words: the same wherever in the token it ends), a
  * token whose A meets S is taken whole, and one whose A and E both miss S is not taken on
- * this scan's paths: neither needs a parser step (see TokenClasses.exits_after). */
+ * this scan's paths: neither needs a parser step (see TokenClasses.exits_after). With
+ * `within` (the same words), only those lexemes are read (their bits alone are set): the
+ * lexemes that may follow k anywhere hold every S of k's scans. */
 static PyObject *
 tables_exit_classes(Tables *t, PyObject *args)
 {
     int k, q;
     PyObject *ranks_o, *blob_o, *off_o;
-    if (!PyArg_ParseTuple(args, "iiOOO", &k, &q, &ranks_o, &blob_o, &off_o))
+    Py_buffer within = {0};
+    if (!PyArg_ParseTuple(args, "iiOOO|y*", &k, &q, &ranks_o, &blob_o, &off_o, &within))
         return NULL;
-    if (k < 0 || k >= t->n_lex || q < 0 || q >= t->lex[k].n_states) {
-        PyErr_SetString(PyExc_ValueError, "exit_classes: no such lexeme state");
+    const size_t W1 = ((size_t)t->n_lex + 63) / 64, W = 2 * W1;
+    if (k < 0 || k >= t->n_lex || q < 0 || q >= t->lex[k].n_states
+        || (within.obj && (size_t)within.len != W1 * sizeof(uint64_t))) {
+        PyErr_SetString(PyExc_ValueError, within.obj && (size_t)within.len != W1 * sizeof(uint64_t)
+                        ? "exit_classes: within must hold one bit per lexeme (uint64 words)"
+                        : "exit_classes: no such lexeme state");
+        if (within.obj)
+            PyBuffer_Release(&within);
         return NULL;
     }
-    const size_t W1 = ((size_t)t->n_lex + 63) / 64, W = 2 * W1;
+    /* (copied: the buffer is released at once) */
+    uint64_t *within_bits = NULL;
+    if (within.obj) {
+        within_bits = PyMem_Malloc(W1 * sizeof(uint64_t) + 1);
+        if (within_bits)
+            memcpy(within_bits, within.buf, W1 * sizeof(uint64_t));
+        PyBuffer_Release(&within);
+        if (!within_bits)
+            return PyErr_NoMemory();
+    }
     Py_buffer bb = {0}, ob = {0};
     int32_t *rs = NULL, *class_of = NULL, *by_first = NULL, *slot = NULL;
     uint64_t *classes = NULL, *bits = NULL;
@@ -3220,7 +3238,8 @@ tables_exit_classes(Tables *t, PyObject *args)
         for (int b = 0; b < 256; b++) {
             first_at[b] = m;
             for (int32_t L = 0; L < t->n_lex; L++)
-                if (t->lex[L].n_states && t->lex[L].trans[b] >= 0)
+                if (t->lex[L].n_states && t->lex[L].trans[b] >= 0
+                    && (!within_bits || (within_bits[L >> 6] >> (L & 63) & 1)))
                     by_first[m++] = L;
         }
         first_at[256] = m;
@@ -3314,6 +3333,7 @@ tables_exit_classes(Tables *t, PyObject *args)
         Py_XDECREF(b);
     }
 done:
+    PyMem_Free(within_bits);
     PyMem_Free(rs);
     PyMem_Free(class_of);
     PyMem_Free(by_first);
@@ -3669,8 +3689,9 @@ static PyMethodDef tables_methods[] = {
     {"try_texts", (PyCFunction)tables_try_texts, METH_VARARGS,
      "try_texts(chart, texts) -> bytes: 1 where the parser takes every byte of the text"},
     {"exit_classes", (PyCFunction)tables_exit_classes, METH_VARARGS,
-     "exit_classes(k, q, ranks, blob, offsets) -> (class_of, classes): the lexemes each token's rest "
-     "stays inside, or ends inside, after lexeme k (from state q) ends in it"},
+     "exit_classes(k, q, ranks, blob, offsets[, within]) -> (class_of, classes): the lexemes (of within: "
+     "bytes of uint64 words, a bit per lexeme) each token's rest stays inside, or ends inside, after lexeme k "
+     "(from state q) ends in it"},
     {"plain_chain", (PyCFunction)tables_plain_chain, METH_VARARGS,
      "plain_chain(k, q) -> (room, plain): lexeme k's state q's plain bytes (plain[b] 1 for each) and how "
      "many of them keep the lexeme alive (CHAIN_WALK_MAX at most, CHAIN_ROOM_MAX: any number)"},

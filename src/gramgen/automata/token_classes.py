@@ -85,7 +85,9 @@ class TokenClasses:
         #: (lexeme, state, lexemes started after it) -> those decided (see :meth:`exits_after`)
         self._exit_classes_of: dict = {}
         self._exits_after: dict = {}
-        self._exit_visits: set = set()  # (lexeme, state) met once (see exits_after_pays)
+        #: (lexeme, state) met -> (walks of its exits noted, the least work of one; see
+        #: exits_after_pays)
+        self._exit_visits: dict = {}
         self._lock = threading.Lock()
 
     def lexeme_tokens(self, lexeme: int, state: int) -> LexemeTokens:
@@ -252,6 +254,16 @@ class TokenClasses:
     #: SmolLM2's 49k tokens: mask p99 1.2 -> 1.7 ms at 4,096; unchanged at this bound, while
     #: with Llama 3's 128k tokens its p50 goes 0.73 -> 0.54 ms)
     EXITS_BY_STARTS_MIN = 32768
+    #: ... and when each of the first two walks of its exits did at least 1 / EXIT_WALK_SHARE
+    #: units of work (``Matcher.fill_bitmask(max_work=)``'s units) per exit token. The
+    #: classes read every exit token's rest from each lexeme that may start in it, ~50 ns
+    #: per token; a walk costs far less once the first one has cached its passes: at the
+    #: end of a long string's 64-character block, 109,000 exit tokens cross into the next
+    #: block, the first walk did 430,000 units, the next ones ~3,000 (0.1 ms), and the
+    #: classes took 5 ms (Llama 3, JSONSchemaBench Github_easy/o9773, once per block state:
+    #: that case's slowest masks, 7-13 ms)
+    EXIT_WALK_SHARE = 2
+    EXIT_WALKS_SEEN = 2
 
     def decides_exits(self) -> bool:
         """Whether :meth:`exits_after` is used (the native tables are built)."""
@@ -260,19 +272,28 @@ class TokenClasses:
     def exits_after_pays(self, lexeme: int, state: int, count: bool = True) -> bool:
         """Whether a scan of this lexeme state should go through :meth:`exits_after`: an
         ignored lexeme's always (classified at compile time), another's when it has at
-        least :attr:`EXITS_BY_STARTS_MIN` exits and is met a second time. The classes
-        cost about one walk over its exits: the first visit walks them as before, and the
-        classes serve every later visit. ``count=False`` (a mask under a work bound) does
+        least :attr:`EXITS_BY_STARTS_MIN` exits, after two visits whose walks were not much
+        cheaper than the classes (:attr:`EXIT_WALK_SHARE`, noted by :meth:`note_exit_walk`):
+        those visits walk them as before, and the classes serve every later visit. ``count=False`` (a mask under a work bound) does
         not count this visit, so that a bounded mask stops alike when repeated."""
         if self.tables.is_ignore[lexeme] or (lexeme, state) in self._exit_classes_of:
             return True
-        if not count or self.lexeme_tokens(lexeme, state).n_exits < self.EXITS_BY_STARTS_MIN:
+        n_exits = self.lexeme_tokens(lexeme, state).n_exits
+        if not count or n_exits < self.EXITS_BY_STARTS_MIN:
             return False
-        key = (lexeme, state)
         with self._lock:
-            seen = key in self._exit_visits
-            self._exit_visits.add(key)
-        return seen
+            walks, work = self._exit_visits.setdefault((lexeme, state), (0, 0))
+        return walks >= self.EXIT_WALKS_SEEN and work * self.EXIT_WALK_SHARE >= n_exits
+
+    def note_exit_walk(self, scans, work: int) -> None:
+        """After a mask's walk: ``work``, that walk's units of work, for each of these
+        (lexeme, state) scans that :meth:`exits_after_pays` was asked about (a mask that
+        found its exits cached does not call this)."""
+        with self._lock:
+            for key in scans:
+                seen = self._exit_visits.get(key)
+                if seen is not None and seen[0] < self.EXIT_WALKS_SEEN:
+                    self._exit_visits[key] = (seen[0] + 1, work if not seen[0] else min(work, seen[1]))
 
     def precompute_ignored(self) -> None:
         """Classify the states of the ignored lexemes now, and their exit tokens by what
@@ -311,7 +332,8 @@ class TokenClasses:
         found = self._exits_after.get(key)
         if found is not None:
             return found
-        ranks, class_of, class_bits, big = self._exit_classes(lexeme, state)
+        within = int.from_bytes(starts, "little") & ~self.tables.follow_lexemes[lexeme] == 0
+        ranks, class_of, class_bits, big = self._exit_classes(lexeme, state, within)
         tt = self.token_table
         n_words = class_bits.shape[1] // 2
         wanted = np.frombuffer(starts, dtype=np.uint64)
@@ -333,11 +355,15 @@ class TokenClasses:
             self._exits_after[key] = found
         return found
 
-    def _exit_classes(self, lexeme: int, state: int):
+    def _exit_classes(self, lexeme: int, state: int, within: bool = True):
         """The exit tokens of a lexeme state (ranks), each one's class (an index into the
         classes: uint64 words per class, the lexemes that read its rest alive, then those
-        that end inside it; see ``_earley.Tables.exit_classes``)."""
-        key = (lexeme, state)
+        that end inside it; see ``_earley.Tables.exit_classes``). ``within``: only the
+        lexemes that may follow this one anywhere (``ParserTables.follow_lexemes``) are
+        read, which hold every set of lexemes the parser starts after it (a long string's
+        block is followed by the next block or its tail, not by the grammar's hundred other
+        lexemes that start with a letter); else all are."""
+        key = (lexeme, state) if within else (lexeme, state, "all")
         found = self._exit_classes_of.get(key)
         if found is None:
             native = self.tables.native
@@ -346,7 +372,9 @@ class TokenClasses:
             tt = self.token_table
             lt = self.lexeme_tokens(lexeme, state)
             ranks = lt.exit_ranks()
-            class_of, bits = native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets)
+            n_lex = len(self.tables.lex_dfas)
+            args = (self.tables.follow_lexemes[lexeme].to_bytes(8 * ((n_lex + 63) // 64), "little"),) if within else ()
+            class_of, bits = native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets, *args)
             class_of = np.frombuffer(class_of, dtype=np.int32)
             n_words = 2 * ((len(self.tables.lex_dfas) + 63) // 64)
             class_bits = np.frombuffer(bits, dtype=np.uint64).reshape(-1, n_words)

@@ -99,7 +99,7 @@ class Matcher:
     no copy of the sets themselves.
     """
 
-    __slots__ = ("_cg", "_tables", "_chart", "_bounds", "_tokens", "_terminated")
+    __slots__ = ("_cg", "_tables", "_chart", "_bounds", "_tokens", "_terminated", "_walk_work")
 
     def __init__(self, compiled: "CompiledGrammar"):
         """A matcher at the start of the language of ``compiled`` (a
@@ -114,6 +114,7 @@ class Matcher:
         self._bounds: list[int] = []   # chart length before each advanced token
         self._tokens: list[int] = []
         self._terminated = False
+        self._walk_work: int | None = None   # the work of the current mask's walks
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -432,6 +433,7 @@ class Matcher:
         other._bounds = list(self._bounds)
         other._tokens = list(self._tokens)
         other._terminated = self._terminated
+        other._walk_work = None
         return other
 
     def reset(self) -> None:
@@ -543,6 +545,7 @@ class Matcher:
         words = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         exits = None
         decided = self._exits_by_starts(cur, classes, count=limit is None)
+        self._walk_work = None
         for i, lt in enumerate(classes):
             lt.or_inside(words)
             if lt.n_exits:
@@ -560,6 +563,8 @@ class Matcher:
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
                 words |= self._exit_words(cands, limit=limit, known=words)
+            if self._walk_work is not None:
+                cg.classes.note_exit_walk(cur.scans, self._walk_work)
         return words
 
     def _exits_by_starts(self, cur, classes: list, count: bool = True) -> dict | None:
@@ -686,6 +691,8 @@ class Matcher:
                                                 -1 if limit is None else limit)
         if walked is None:
             return None
+        # (what this mask's walks cost: see TokenClasses.note_exit_walk)
+        self._walk_work = walked[3] + (self._walk_work or 0)
         return np.frombuffer(walked[0], dtype=np.int32), np.frombuffer(walked[1], dtype=np.int32)
 
     def _walk_exits(self, chart: list, ranks, reads: HorizonReads) -> tuple[list[int], list[int]]:
