@@ -49,6 +49,17 @@ get_indices(PyObject *o, Py_buffer *view, int *wide, const char *name)
     return 0;
 }
 
+/* the set bits of x, inline (the builtin is a libgcc call without -mpopcnt, which the
+ * portable build does not assume) */
+static inline int
+popcount32(uint32_t x)
+{
+    x = x - ((x >> 1) & 0x55555555u);
+    x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+    x = (x + (x >> 4)) & 0x0F0F0F0Fu;
+    return (int)((x * 0x01010101u) >> 24);
+}
+
 static inline int64_t
 index_at(const Py_buffer *v, int wide, Py_ssize_t i)
 {
@@ -63,7 +74,8 @@ scan_bits(const uint32_t *w, Py_ssize_t limit, const Py_buffer *map, int wide, c
 {
     Py_ssize_t last = (limit + 31) / 32, count = 0;
     for (Py_ssize_t i = 0; i < last; i++)
-        count += __builtin_popcount(w[i]);
+        if (w[i])
+            count += popcount32(w[i]);
     PyObject *out = PyBytes_FromStringAndSize(NULL, count * 8);
     if (!out)
         return NULL;
@@ -219,7 +231,8 @@ take_few(PyObject *self, PyObject *args)
     const Py_ssize_t n_words = wv.len / 4;
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < n_words && n <= max_count; i++)
-        n += __builtin_popcount(w[i]);
+        if (w[i])
+            n += popcount32(w[i]);
     PyObject *out;
     if (n > max_count) {
         out = Py_None;
@@ -230,6 +243,8 @@ take_few(PyObject *self, PyObject *args)
             int64_t *a = (int64_t *)PyBytes_AS_STRING(out);
             Py_ssize_t k = 0;
             for (Py_ssize_t i = 0; i < n_words && k < n; i++) {
+                if (!w[i])
+                    continue;
                 for (uint32_t b = w[i]; b; b &= b - 1)
                     a[k++] = 32 * (int64_t)i + __builtin_ctz(b);
                 w[i] = 0;

@@ -514,7 +514,8 @@ classify_excepted(Rests *x, const Rare *rare, const int32_t *table, int32_t sink
                 const uint32_t marked = (uint32_t)(mark[i >> 1] >> (32 * (i & 1)));
                 const uint32_t ex = long_ranks[i] & ~marked;
                 exits[i] |= ex;
-                *n_exits += __builtin_popcount(ex);
+                if (ex)
+                    *n_exits += __builtin_popcount(ex);
             }
         }
     }
