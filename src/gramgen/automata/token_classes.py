@@ -263,6 +263,7 @@ class TokenClasses:
     #: classes took 5 ms (Llama 3, JSONSchemaBench Github_easy/o9773, once per block state:
     #: that case's slowest masks, 7-13 ms)
     EXIT_WALK_SHARE = 2
+    #: the walks noted before classes are made (the first caches passes the next ones use)
     EXIT_WALKS_SEEN = 2
 
     def decides_exits(self) -> bool:
@@ -274,8 +275,9 @@ class TokenClasses:
         ignored lexeme's always (classified at compile time), another's when it has at
         least :attr:`EXITS_BY_STARTS_MIN` exits, after two visits whose walks were not much
         cheaper than the classes (:attr:`EXIT_WALK_SHARE`, noted by :meth:`note_exit_walk`):
-        those visits walk them as before, and the classes serve every later visit. ``count=False`` (a mask under a work bound) does
-        not count this visit, so that a bounded mask stops alike when repeated."""
+        those visits walk them as before, and the classes serve every later visit.
+        ``count=False`` (a mask under a work bound) does not count this visit, so that a
+        bounded mask stops alike when repeated."""
         if self.tables.is_ignore[lexeme] or (lexeme, state) in self._exit_classes_of:
             return True
         n_exits = self.lexeme_tokens(lexeme, state).n_exits
