@@ -243,11 +243,11 @@ def test_native_masks_equal_python_masks_along_long_strings(tokenizer, max_lengt
 @pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
 def test_native_masks_equal_python_masks_along_a_counted_lexeme(tokenizer, monkeypatch):
     """A pattern with a maxLength is one lexeme whose DFA counts the characters along a
-    chain of states, longer than the native walk follows a chain (CHAIN_WALK_MAX): each
-    state's room is then a lower bound, and each new state's walk resumes where the last
-    one's stopped. Masks equal the Python implementation's at every step of a value that
-    ends 3 characters short of the maxLength, and again after a rollback to its middle
-    and a different continuation (states met out of order)."""
+    chain of states longer than the native walk follows a chain (CHAIN_WALK_MAX). Masks
+    equal the Python implementation's at every step of a value that ends 3 characters
+    short of the maxLength, and again after a rollback to its middle and a different
+    continuation (states met out of order). (Masks here rarely hinge on a chain's exact
+    room: test_plain_chains_equal_a_walk_one_step_at_a_time checks the rooms themselves.)"""
     from conftest import hf_tokenizer, vocabulary
 
     vocab = vocabulary(tokenizer)

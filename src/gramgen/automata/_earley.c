@@ -2055,6 +2055,8 @@ plain_chain(Lex *L, int32_t q, Chain *ch)
     int32_t at = best, room = 1;
     while (room < CHAIN_WALK_MAX) {
         const Run *run = L->runs ? &L->runs[at] : NULL;
+        /* (a run that was not followed further always has steps: the test keeps a jump from
+         * ever standing still) */
         if (run && run->of && (run->why || run->len > 0) && memcmp(run->of->plain, ch->plain, 256) == 0) {
             if (run->why == 2) {
                 why = 2;
@@ -3196,24 +3198,23 @@ tables_exit_classes(Tables *t, PyObject *args)
     if (!PyArg_ParseTuple(args, "iiOOO|y*", &k, &q, &ranks_o, &blob_o, &off_o, &within))
         return NULL;
     const size_t W1 = ((size_t)t->n_lex + 63) / 64, W = 2 * W1;
-    if (k < 0 || k >= t->n_lex || q < 0 || q >= t->lex[k].n_states
-        || (within.obj && (size_t)within.len != W1 * sizeof(uint64_t))) {
-        PyErr_SetString(PyExc_ValueError, within.obj && (size_t)within.len != W1 * sizeof(uint64_t)
-                        ? "exit_classes: within must hold one bit per lexeme (uint64 words)"
-                        : "exit_classes: no such lexeme state");
-        if (within.obj)
-            PyBuffer_Release(&within);
-        return NULL;
-    }
-    /* (copied: the buffer is released at once) */
+    const char *bad = NULL;
+    if (k < 0 || k >= t->n_lex || q < 0 || q >= t->lex[k].n_states)
+        bad = "exit_classes: no such lexeme state";
+    else if (within.obj && (size_t)within.len != W1 * sizeof(uint64_t))
+        bad = "exit_classes: within must hold one bit per lexeme (uint64 words)";
+    /* (within copied: its buffer is released at once; k is a lexeme, so W1 >= 1) */
     uint64_t *within_bits = NULL;
     if (within.obj) {
-        within_bits = PyMem_Malloc(W1 * sizeof(uint64_t) + 1);
-        if (within_bits)
+        if (!bad && (within_bits = PyMem_Malloc(W1 * sizeof(uint64_t))))
             memcpy(within_bits, within.buf, W1 * sizeof(uint64_t));
         PyBuffer_Release(&within);
-        if (!within_bits)
+        if (!bad && !within_bits)
             return PyErr_NoMemory();
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
     }
     Py_buffer bb = {0}, ob = {0};
     int32_t *rs = NULL, *class_of = NULL, *by_first = NULL, *slot = NULL;

@@ -374,12 +374,11 @@ class TokenClasses:
             tt = self.token_table
             lt = self.lexeme_tokens(lexeme, state)
             ranks = lt.exit_ranks()
-            n_lex = len(self.tables.lex_dfas)
-            args = (self.tables.follow_lexemes[lexeme].to_bytes(8 * ((n_lex + 63) // 64), "little"),) if within else ()
+            lex_words = (len(self.tables.lex_dfas) + 63) // 64   # uint64 words of a set of lexemes
+            args = (self.tables.follow_lexemes[lexeme].to_bytes(8 * lex_words, "little"),) if within else ()
             class_of, bits = native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets, *args)
             class_of = np.frombuffer(class_of, dtype=np.int32)
-            n_words = 2 * ((len(self.tables.lex_dfas) + 63) // 64)
-            class_bits = np.frombuffer(bits, dtype=np.uint64).reshape(-1, n_words)
+            class_bits = np.frombuffer(bits, dtype=np.uint64).reshape(-1, 2 * lex_words)
             # the classes of many tokens (a space and a word) as masks, OR-ed whole; the
             # other tokens are set one by one
             sizes = np.bincount(class_of, minlength=len(class_bits))
