@@ -112,7 +112,8 @@ class TokenClasses:
     def _classify(self, lexeme: int, state: int) -> LexemeTokens:
         """The vocabulary classified from one lexeme state. A dense state whose future
         is small (a string body, with the bytes that may follow its end) is looked up
-        among the classes of every grammar compiled for this vocabulary in this process:
+        among the standard classes of JSON Schema grammars (``runtime.json_standard``) and
+        the classes of every grammar compiled for this vocabulary in this process:
         equal futures (``dfa.canonical_form``) and follow bytes classify alike, whichever
         lexeme and grammar they come from. Else a state whose chain of like states takes
         all but a few tokens whole walks only those (``classify_tokens_excepted``), and any
@@ -125,14 +126,13 @@ class TokenClasses:
             # few tokens start with a byte this state takes: the full walk visits only
             # those, cheaper than looking for a neighbour
             return classify_tokens(tt, table, acc, state, self.follow_masks[lexeme], self._memos[lexeme])
-        key = None
-        if self.SHARED_STATES:
-            key = canonical_form(table, acc, state, self.SHARED_STATES)
-            if key is not None:
-                key += self._follow_key[lexeme]
+        key = self._shared_key(lexeme, state)
+        if key is not None:
+            found = tt.standard_classes.get(key)
+            if found is None:
                 found = tt.shared_classes.get(key)
-                if found is not None:
-                    return found
+            if found is not None:
+                return found
         # a string body walks only its few exceptions, cheaper than finding a neighbour
         found = classify_tokens_excepted(tt, table, acc, state, self.follow_masks[lexeme], self._memos[lexeme])
         if found is None:
@@ -142,6 +142,30 @@ class TokenClasses:
             # exits that hold in another grammar: those are not shared)
             tt.shared_classes.put(key, found)
         return found
+
+    def _shared_key(self, lexeme: int, state: int) -> bytes | None:
+        """The key of a state's classes among those shared by the grammars of this
+        vocabulary: its future (``dfa.canonical_form``) and its lexeme's follow bytes; None
+        when the future has more than SHARED_STATES states."""
+        if not self.SHARED_STATES:
+            return None
+        table, acc = self.sink_tables[lexeme]
+        key = canonical_form(table, acc, state, self.SHARED_STATES)
+        return None if key is None else key + self._follow_key[lexeme]
+
+    def shared_states(self) -> list[tuple[bytes, int, int]]:
+        """(key, lexeme, state) of every state whose classes :meth:`_classify` looks up
+        among the shared ones (dense, with a small future), one per key: what
+        ``runtime.json_standard`` keeps of a grammar."""
+        tt, found = self.token_table, {}
+        for k, (table, _) in enumerate(self.sink_tables):
+            for q in range(table.shape[0] - 1):
+                if first_tokens(tt, table, q) * self.SPARSE_SHARE < len(tt.sorted_bytes):
+                    continue
+                key = self._shared_key(k, q)
+                if key is not None:
+                    found.setdefault(key, (key, k, q))
+        return list(found.values())
 
     def _classify_here(self, lexeme: int, state: int, alive: np.ndarray, n_alive: int) -> LexemeTokens:
         """The vocabulary classified from one dense lexeme state (``alive``: its first

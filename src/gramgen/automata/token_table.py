@@ -89,6 +89,13 @@ class TokenTable:
         #: lexeme-state classes shared by every grammar compiled for this vocabulary
         #: (``TokenClasses._classify``), keyed by the state's future and follow bytes
         self.shared_classes: SizedLRU = SizedLRU(64 << 20, lambda lt: lt.nbytes)
+        #: the same for the states of the value lexemes that every JSON Schema grammar of a
+        #: layout has (strings, numbers, literals, whitespace, punctuation), made once per
+        #: layout (``runtime.json_standard``) and kept for the table's life: not emptied by
+        #: ``_lru.clear_all``, like the table itself
+        self.standard_classes: dict[bytes, object] = {}
+        #: the layouts whose standard classes are made (or being made)
+        self.standard_layouts: set = set()
         #: by token id, its length (tokens left out: longer than any depth)
         self._id_lengths = np.full(self.vocab_size, np.iinfo(np.int64).max, dtype=np.int64)
         self._id_lengths[self.rank_to_id] = lengths

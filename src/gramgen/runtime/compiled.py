@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 
@@ -20,6 +21,7 @@ from ..errors import ConfigurationError
 from ..grammar.grammar import Grammar
 from .document import Document
 from .indenter import IndentedMatcher
+from .json_standard import ensure_standard_classes
 from .matcher import Matcher
 
 
@@ -67,6 +69,12 @@ class CompiledGrammar:
                              for f in self.tables.follow_bytes]
         #: the vocabulary classified per lexeme state, on first use
         self.classes = TokenClasses(self.tables, self.token_table, self.sink_tables, self.follow_masks)
+        layout = grammar.ir.meta.get("json_layout")
+        if layout is not None:
+            # the classes every JSON Schema grammar of this layout shares, once per vocabulary
+            warm = dataclasses.replace(options, precompute=False)
+            ensure_standard_classes(self.token_table, vocab, layout,
+                                    lambda g: CompiledGrammar(g, vocab, warm).classes)
         #: parser-state signature -> its packed mask (read and written by the matchers)
         self.mask_cache: LRU = LRU(options.mask_cache_size)
         #: parser context of a position inside lexemes -> its recent (lexeme states, mask)

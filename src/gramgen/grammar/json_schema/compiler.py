@@ -126,6 +126,10 @@ class SchemaCompiler:
             raise ConfigurationError(f"draft must be one of {', '.join(map(str, DRAFTS.values()))} or None, "
                                      f"not {draft!r}")
         self.layout = Layout.of(whitespace, separators, indent, max_whitespace)
+        #: the layout options as given: the JSON Schema grammars of one layout share their
+        #: value lexemes (see ``runtime.json_standard``)
+        self.layout_options = (("whitespace", whitespace), ("separators", tuple(separators) if separators else None),
+                               ("indent", indent), ("max_whitespace", max_whitespace))
         schema = read_schema(schema).value
         self.draft = draft or draft_of(schema)
         if refs is not None and not isinstance(refs, Mapping):
@@ -294,7 +298,8 @@ class SchemaCompiler:
         ir = GrammarIR(self.rules, self.lexemes, "start", source="<json schema>",
                        meta={"relaxed": list(self.relaxed), "draft": self.draft,
                              "unknown_keywords": list(self.unknown_keywords),
-                             "unknown_formats": [f"{p}: {f}" for p, f in self.unknown_formats.items()]})
+                             "unknown_formats": [f"{p}: {f}" for p, f in self.unknown_formats.items()],
+                             "json_layout": self.layout_options})
         try:
             ir = _prune_unproductive(ir)
         except SchemaError as exc:

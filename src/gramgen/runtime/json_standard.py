@@ -1,0 +1,73 @@
+"""The token classes every JSON Schema grammar of one layout shares, made once per vocabulary.
+
+Whatever the schema, its grammar's strings, numbers, literals and the whitespace and
+punctuation between them are the same lexemes, so their dense states (a string body, a
+run of whitespace before a value) have the same futures and follow bytes in every schema
+of a layout: ``TokenClasses._classify`` finds them by that key. Classifying one against a
+128k-token vocabulary is a walk of 0.1-0.3 ms, and the first masks of a schema meet
+several: that was most of the mask tail of a fresh schema (the first visits). A few
+small schemas made of those values alone are compiled for the vocabulary the first time
+a JSON Schema grammar of that layout is compiled for it; their classes are kept in
+``TokenTable.standard_classes`` for the table's life (like the token table, which
+``gramgen._lru.clear_all`` does not empty either). A per-tokenizer cache of the common
+lexemes, made from fixed schemas: nothing of the user's schemas is kept there.
+
+Exact whatever it holds: a state's classes are a function of its key alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from ..automata.token_classes import TokenClasses
+from ..grammar.grammar import Grammar
+
+__all__ = ["ensure_standard_classes", "STANDARD_SCHEMAS"]
+
+#: vocabularies smaller than this are classified quickly enough on first use
+MIN_VOCAB = 4096
+#: most layouts with standard classes per vocabulary (each ~15 MB at 128k tokens)
+MAX_LAYOUTS = 4
+
+_VALUES = {"s": {"type": "string"}, "n": {"type": "number"}, "i": {"type": "integer"},
+           "b": {"type": "boolean"}, "z": {"type": "null"},
+           "as": {"type": "array", "items": {"type": "string"}},
+           "an": {"type": "array", "items": {"type": "number"}},
+           "ai": {"type": "array", "items": {"type": "integer"}},
+           "o": {"type": "object"}, "a": {"type": "array"}, "x": {}}
+_SCALARS = ("s", "n", "i", "b", "z")
+
+#: the schemas whose classes are kept: each kind of value as an optional property (a comma
+#: or the closing brace may follow it), as a required one (a comma must follow all but the
+#: last), and as array items
+STANDARD_SCHEMAS: tuple[dict, ...] = (
+    {"type": "object", "properties": _VALUES},
+    {"type": "object", "properties": _VALUES, "required": list(_VALUES)},
+    *({"type": "array", "items": _VALUES[k]} for k in _SCALARS),
+)
+
+_LOCK = threading.Lock()
+
+
+def ensure_standard_classes(token_table, vocab, layout: tuple,
+                            classes_of: Callable[[Grammar], TokenClasses]) -> None:
+    """Make the standard classes of ``layout`` (``Grammar.ir.meta["json_layout"]``: the
+    layout options of ``Grammar.from_json_schema``) for ``vocab``'s ``token_table``, unless
+    made already, being made (by this thread, through the compiles below, or another),
+    the vocabulary is small, or MAX_LAYOUTS layouts have them. ``classes_of``: a grammar
+    compiled for ``vocab`` without precompute (which drops exits: not shareable), its
+    ``TokenClasses``."""
+    if vocab.size < MIN_VOCAB:
+        return
+    with _LOCK:
+        done = token_table.standard_layouts
+        if layout in done or len(done) >= MAX_LAYOUTS:
+            return
+        done.add(layout)
+    standard = token_table.standard_classes
+    for schema in STANDARD_SCHEMAS:
+        classes = classes_of(Grammar.from_json_schema(schema, **dict(layout)))
+        for key, lexeme, state in classes.shared_states():
+            if key not in standard:
+                standard[key] = classes.lexeme_tokens(lexeme, state)
