@@ -608,7 +608,9 @@ class GramgenAdapter(Adapter):
     @property
     def json_schema_policy(self) -> str:  # type: ignore[override]
         caches = ("caches kept from earlier cases (--gramgen-caches warm)" if self.warm_caches
-                  else "every compile cold (gramgen._lru.clear_all() first)")
+                  else "every compile cold (gramgen._lru.clear_all() first; what is per vocabulary stays, "
+                       "as xgrammar's TokenizerInfo: the token table and the standard classes of JSON "
+                       "Schema value lexemes, made at the first JSON Schema compile for a layout)")
         return ('gramgen.Grammar.from_json_schema(schema, whitespace="flexible", '
                 'lenient_formats=True) + gramgen.compile: flexible (bounded) whitespace, '
                 f"properties in declaration order, unknown formats as annotations (as the peers); {caches}")
@@ -656,6 +658,7 @@ class GramgenAdapter(Adapter):
             try:
                 # every compile is cold, as xgrammar's (cache_enabled=False): equal lexemes
                 # share an automaton within one compile but not across repetitions or cases
+                # (the per-vocabulary tables stay, as xgrammar's TokenizerInfo does)
                 from gramgen._lru import clear_all
 
                 clear_all()
