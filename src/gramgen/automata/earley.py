@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from marshal import dumps as _dumps
 
 import numpy as np
 
@@ -80,8 +81,12 @@ _SELF = -1    # a set's reference to itself in its own signature
 class Interner:
     """Numbers signatures: equal keys get the same int, and a number is never reused.
 
-    Signatures are nested tuples of ints, so the garbage collector stops tracking them
-    after they survive one collection and they cost nothing in later full collections.
+    Signatures are nested tuples of ints; the table keeps each as its ``marshal`` bytes
+    (version 2 writes no back-references, so equal tuples give equal bytes, and the bytes
+    read back as the tuple: distinct tuples give distinct bytes). Bytes are not objects of
+    the garbage collector, where the tuples (a signature and each of its parts) were: a
+    signature met for the first time, in nearly every step and in the masks of new states,
+    left a dozen allocations that brought the next collection closer, often inside a mask.
     Past ``limit`` keys the table starts afresh; numbers keep increasing, so an old number
     can never be confused with a new one: only sharing is lost, never correctness.
     """
@@ -94,6 +99,7 @@ class Interner:
         self._limit = limit
 
     def __call__(self, key) -> int:
+        key = _dumps(key, 2)
         found = self._ids.get(key)
         if found is None:
             if len(self._ids) >= self._limit:
