@@ -15,7 +15,9 @@
  * Sets are immutable once built (the signature and local signature slots aside, which
  * callers fill in), so a chart stays a Python list of shared sets: fork copies the list,
  * rollback truncates it. The Python views that the rest of gramgen reads (items, waiting,
- * pred, scans as sets / dicts) are made on first access and kept.
+ * pred as sets / dicts) are made on first access and kept; scans is made anew at each
+ * access (read once or twice per mask of a new state: kept, its dict, key tuples and
+ * frozensets were garbage-collector objects that lived as long as the set).
  *
  * A chart may hold stand-ins for sets (earley._Far, which notes reads beyond a horizon):
  * any element that is not a Set is asked for its attribute ``_native_self`` (the set it
@@ -297,7 +299,7 @@ typedef struct {
     uint64_t nb[4];
     int nb_known;
     PyObject *sig, *local;
-    PyObject *py_items, *py_waiting, *py_scans, *py_nb;
+    PyObject *py_items, *py_waiting, *py_nb;
 } Set;
 
 static PyTypeObject TablesType;
@@ -726,7 +728,7 @@ set_alloc(Tables *t, int32_t n_items, int32_t n_scans, Py_ssize_t n_origins)
     s->kabs = 0;
     s->nb_known = 0;
     s->sig = s->local = NULL;
-    s->py_items = s->py_waiting = s->py_scans = s->py_nb = NULL;
+    s->py_items = s->py_waiting = s->py_nb = NULL;
     size_t bytes = (size_t)n_items * sizeof(KItem) + (size_t)n_scans * sizeof(Scan) +
                    (size_t)n_origins * sizeof(int32_t);
     char *block = PyMem_Malloc(bytes ? bytes : 1);
@@ -752,7 +754,6 @@ set_clear(Set *s)
     Py_CLEAR(s->local);
     Py_CLEAR(s->py_items);
     Py_CLEAR(s->py_waiting);
-    Py_CLEAR(s->py_scans);
     Py_CLEAR(s->py_nb);
 }
 
@@ -3824,35 +3825,32 @@ set_get_pred(Set *s, void *unused)
     return p->py;
 }
 
+/* a new dict at each access (not kept: see the top of this file) */
 static PyObject *
 set_get_scans(Set *s, void *unused)
 {
-    if (!s->py_scans) {
-        PyObject *out = PyDict_New();
-        if (!out)
-            return NULL;
-        for (int32_t i = 0; i < s->n_scans; i++) {
-            const Scan *sc = &s->scans[i];
-            PyObject *key = Py_BuildValue("(ii)", sc->lexeme, sc->state);
-            PyObject *origins = PyFrozenSet_New(NULL);
-            int bad = !key || !origins;
-            for (int32_t x = 0; !bad && x < sc->n; x++) {
-                PyObject *v = PyLong_FromLong(s->origins[sc->off + x]);
-                bad = !v || PySet_Add(origins, v) < 0;
-                Py_XDECREF(v);
-            }
-            bad = bad || PyDict_SetItem(out, key, origins) < 0;
-            Py_XDECREF(key);
-            Py_XDECREF(origins);
-            if (bad) {
-                Py_DECREF(out);
-                return NULL;
-            }
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    for (int32_t i = 0; i < s->n_scans; i++) {
+        const Scan *sc = &s->scans[i];
+        PyObject *key = Py_BuildValue("(ii)", sc->lexeme, sc->state);
+        PyObject *origins = PyFrozenSet_New(NULL);
+        int bad = !key || !origins;
+        for (int32_t x = 0; !bad && x < sc->n; x++) {
+            PyObject *v = PyLong_FromLong(s->origins[sc->off + x]);
+            bad = !v || PySet_Add(origins, v) < 0;
+            Py_XDECREF(v);
         }
-        return keep_view(&s->py_scans, out);
+        bad = bad || PyDict_SetItem(out, key, origins) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(origins);
+        if (bad) {
+            Py_DECREF(out);
+            return NULL;
+        }
     }
-    Py_INCREF(s->py_scans);
-    return s->py_scans;
+    return out;
 }
 
 static PyObject *
@@ -3872,7 +3870,7 @@ static PyGetSetDef set_getset[] = {
     {"items", (getter)set_get_items, NULL, "frozenset of the kernel items (item, origin)", NULL},
     {"waiting", (getter)set_get_waiting, NULL, "symbol -> kernel items before it", NULL},
     {"pred", (getter)set_get_pred, NULL, "symbol -> predicted items before it", NULL},
-    {"scans", (getter)set_get_scans, NULL, "(lexeme, DFA state) -> frozenset of origins", NULL},
+    {"scans", (getter)set_get_scans, NULL, "(lexeme, DFA state) -> frozenset of origins (a new dict at each access)", NULL},
     {"n_items", (getter)set_get_n_items, NULL, "the number of kernel items", NULL},
     {"_native_self", (getter)set_get_self, NULL, "this set (what a stand-in forwards to)", NULL},
     {NULL}

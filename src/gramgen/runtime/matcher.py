@@ -462,26 +462,27 @@ class Matcher:
 
     def _compute_words(self, cur, limit: int | None = None) -> np.ndarray:
         cg = self._cg
-        classes = [cg.classes.lexeme_tokens(k, q) for k, q in cur.scans]
+        scans = cur.scans  # (read once: a native set makes this dict anew at each read)
+        classes = [cg.classes.lexeme_tokens(k, q) for k, q in scans]
         if cur.n_items or not cg.INSIDE_NEIGHBORS or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
-            return self._full_words(cur, classes, limit)
-        found = self._inside_context(cur)
+            return self._full_words(cur, scans, classes, limit)
+        found = self._inside_context(scans)
         if found is None:
-            return self._full_words(cur, classes, limit)
+            return self._full_words(cur, scans, classes, limit)
         context, states = found
-        words = self._neighbour_words(cur, context, states, classes, limit)
+        words = self._neighbour_words(cur, context, states, classes, limit, scans)
         if words is None:
-            words = self._full_words(cur, classes, limit)
+            words = self._full_words(cur, scans, classes, limit)
         cg.store_inside_mask(context, states, words)
         return words
 
-    def _inside_context(self, cur) -> tuple[tuple, tuple] | None:
+    def _inside_context(self, scans: dict) -> tuple[tuple, tuple] | None:
         """For a position inside lexemes (no parser items): its parser context, each
         lexeme with the signatures of the sets it started from, and the lexemes' states
         in the same order; None when two scans share a context entry (no pairing)."""
         chart = self._chart
         parts = []
-        for (k, q), origins in cur.scans.items():
+        for (k, q), origins in scans.items():
             sigs = []
             for o in origins:
                 sig = chart[o].sig
@@ -496,7 +497,7 @@ class Matcher:
         return context, tuple(q for _, q in parts)
 
     def _neighbour_words(self, cur, context: tuple, states: tuple, classes: list,
-                         limit: int | None = None) -> np.ndarray | None:
+                         limit: int | None = None, scans: dict | None = None) -> np.ndarray | None:
         """The mask from that of a recent position with the same parser context whose
         lexeme states agree with these on every string of at most ``d`` bytes: a token
         that short is allowed at both or at neither (byte by byte the same lexemes die,
@@ -504,7 +505,7 @@ class Matcher:
         longer tokens are decided here. Positions in a counted lexeme (a string with a
         maxLength, a bounded number) are distinct states that agree that deep. None when
         no recent position agrees deep enough for most tokens. ``classes``: the lexeme
-        states' classes, in the order of ``cur.scans``."""
+        states' classes, in the order of ``cur.scans`` (``scans``, read once)."""
         cg = self._cg
         tt = cg.token_table
         best, near = -1, None
@@ -534,17 +535,18 @@ class Matcher:
         if exits is not None and exits.any():
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
-                words |= self._exit_words(cands, longer_than=best, limit=limit, known=words)
+                words |= self._exit_words(cands, longer_than=best, limit=limit, known=words, scans=scans)
         return words
 
-    def _full_words(self, cur, classes: list, limit: int | None = None) -> np.ndarray:
+    def _full_words(self, cur, scans: dict, classes: list, limit: int | None = None) -> np.ndarray:
         """The mask from the classes of the lexeme states of ``cur`` (in the order of
-        ``cur.scans``): their inside tokens, and the exit tokens the parser accepts."""
+        ``scans``, its ``cur.scans``): their inside tokens, and the exit tokens the parser
+        accepts."""
         cg = self._cg
         tt = cg.token_table
         words = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         exits = None
-        decided = self._exits_by_starts(cur, classes, count=limit is None)
+        decided = self._exits_by_starts(scans, classes, count=limit is None)
         self._walk_work = None
         for i, lt in enumerate(classes):
             lt.or_inside(words)
@@ -562,13 +564,13 @@ class Matcher:
         if exits is not None:
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
-                words |= self._exit_words(cands, limit=limit, known=words)
+                words |= self._exit_words(cands, limit=limit, known=words, scans=scans)
             if self._walk_work is not None:
-                cg.classes.note_exit_walk(cur.scans, self._walk_work)
+                cg.classes.note_exit_walk(scans, self._walk_work)
         return words
 
-    def _exits_by_starts(self, cur, classes: list, count: bool = True) -> dict | None:
-        """Per scan of ``cur`` (its index in ``cur.scans``) whose exit tokens are decided by
+    def _exits_by_starts(self, scans: dict, classes: list, count: bool = True) -> dict | None:
+        """Per scan of the current set (its index in ``scans``) whose exit tokens are decided by
         the lexemes that start after its lexeme ends (``TokenClasses.exits_after``): the
         tokens taken, and the exits left undecided. The scans of ignored lexemes
         (whitespace, comments: their states are classified at compile time) and those
@@ -580,7 +582,7 @@ class Matcher:
             return None
         tables = self._tables
         out = None
-        for i, (((k, q), origins), lt) in enumerate(zip(cur.scans.items(), classes)):
+        for i, (((k, q), origins), lt) in enumerate(zip(scans.items(), classes)):
             if not lt.n_exits or not cls.exits_after_pays(k, q, count):
                 continue
             if out is None:
@@ -589,7 +591,7 @@ class Matcher:
         return out
 
     def _exit_words(self, cands: np.ndarray, longer_than: int | None = None, limit: int | None = None,
-                    known: np.ndarray | None = None) -> np.ndarray:
+                    known: np.ndarray | None = None, scans: dict | None = None) -> np.ndarray:
         """Packed mask of the exit tokens the parser accepts from here.
 
         Most exit tokens only look a few parser levels up (``",`` closes a string and a
@@ -607,7 +609,8 @@ class Matcher:
 
         ``limit``: the walk's work limit; past it :class:`_WorkLimitReached` is raised with
         ``known`` (the tokens the caller decided allowed) and what the cached horizons
-        decided, and the ranks still open (only the native walk counts work).
+        decided, and the ranks still open (only the native walk counts work). ``scans``:
+        the current set's (None: read here).
         """
         cg = self._cg
         chart = self._chart
@@ -625,7 +628,9 @@ class Matcher:
             entry = cg.cached_exits(key)
             if entry is None:
                 if exiting is None:
-                    exiting = [(k, origins) for (k, q), origins in chart[j].scans.items()
+                    if scans is None:
+                        scans = chart[j].scans
+                    exiting = [(k, origins) for (k, q), origins in scans.items()
                                if cg.classes.lexeme_tokens(k, q).n_exits]
                 native = self._tables.native
                 if native is not None:
