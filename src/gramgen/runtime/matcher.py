@@ -470,7 +470,7 @@ class Matcher:
         if found is None:
             return self._full_words(cur, scans, classes, limit)
         context, states = found
-        words = self._neighbour_words(cur, context, states, classes, limit, scans)
+        words = self._neighbour_words(context, states, classes, scans, limit)
         if words is None:
             words = self._full_words(cur, scans, classes, limit)
         cg.store_inside_mask(context, states, words)
@@ -496,8 +496,8 @@ class Matcher:
             return None
         return context, tuple(q for _, q in parts)
 
-    def _neighbour_words(self, cur, context: tuple, states: tuple, classes: list,
-                         limit: int | None = None, scans: dict | None = None) -> np.ndarray | None:
+    def _neighbour_words(self, context: tuple, states: tuple, classes: list, scans: dict,
+                         limit: int | None = None) -> np.ndarray | None:
         """The mask from that of a recent position with the same parser context whose
         lexeme states agree with these on every string of at most ``d`` bytes: a token
         that short is allowed at both or at neither (byte by byte the same lexemes die,
@@ -505,7 +505,7 @@ class Matcher:
         longer tokens are decided here. Positions in a counted lexeme (a string with a
         maxLength, a bounded number) are distinct states that agree that deep. None when
         no recent position agrees deep enough for most tokens. ``classes``: the lexeme
-        states' classes, in the order of ``cur.scans`` (``scans``, read once)."""
+        states' classes, in the order of ``scans`` (the current set's, read once)."""
         cg = self._cg
         tt = cg.token_table
         best, near = -1, None
@@ -535,7 +535,7 @@ class Matcher:
         if exits is not None and exits.any():
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
-                words |= self._exit_words(cands, longer_than=best, limit=limit, known=words, scans=scans)
+                words |= self._exit_words(cands, scans, longer_than=best, limit=limit, known=words)
         return words
 
     def _full_words(self, cur, scans: dict, classes: list, limit: int | None = None) -> np.ndarray:
@@ -564,7 +564,7 @@ class Matcher:
         if exits is not None:
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
-                words |= self._exit_words(cands, limit=limit, known=words, scans=scans)
+                words |= self._exit_words(cands, scans, limit=limit, known=words)
             if self._walk_work is not None:
                 cg.classes.note_exit_walk(scans, self._walk_work)
         return words
@@ -590,8 +590,8 @@ class Matcher:
             out[i] = cls.exits_after(k, q, tables.native.started_after(self._chart, k, list(origins)))
         return out
 
-    def _exit_words(self, cands: np.ndarray, longer_than: int | None = None, limit: int | None = None,
-                    known: np.ndarray | None = None, scans: dict | None = None) -> np.ndarray:
+    def _exit_words(self, cands: np.ndarray, scans: dict, longer_than: int | None = None,
+                    limit: int | None = None, known: np.ndarray | None = None) -> np.ndarray:
         """Packed mask of the exit tokens the parser accepts from here.
 
         Most exit tokens only look a few parser levels up (``",`` closes a string and a
@@ -610,7 +610,7 @@ class Matcher:
         ``limit``: the walk's work limit; past it :class:`_WorkLimitReached` is raised with
         ``known`` (the tokens the caller decided allowed) and what the cached horizons
         decided, and the ranks still open (only the native walk counts work). ``scans``:
-        the current set's (None: read here).
+        the current set's (``cur.scans``, read once per mask).
         """
         cg = self._cg
         chart = self._chart
@@ -628,8 +628,6 @@ class Matcher:
             entry = cg.cached_exits(key)
             if entry is None:
                 if exiting is None:
-                    if scans is None:
-                        scans = chart[j].scans
                     exiting = [(k, origins) for (k, q), origins in scans.items()
                                if cg.classes.lexeme_tokens(k, q).n_exits]
                 native = self._tables.native
