@@ -282,24 +282,34 @@ class ParserTables:
                 rest = first[sym] | (rest if nullable[sym] else 0)
                 rest_nullable = rest_nullable and nullable[sym]
         _propagate(follow, inherits)
+        #: per nonterminal, the lexemes that may start right after it (see follow_bytes_of)
+        self._follow_nonterminals = follow[:N]
         everything = (1 << n_lex) - 1
         return [everything if self.is_ignore[k] else follow[N + k] | ignored for k in range(n_lex)]
 
     def _follow_bytes(self) -> list[int]:
         """For each lexeme, a bitmask of the bytes that can come right after it ends: the
         first bytes of the lexemes that may follow it (see :meth:`_follow_lexemes`)."""
-        starts = [self.lex_first_bytes[k][0] if d.n_states else 0 for k, d in enumerate(self.lex_dfas)]
-        out = []
-        for mask in self.follow_lexemes:
-            acc = 0
-            k = 0
-            while mask:
-                if mask & 1:
-                    acc |= starts[k]
-                mask >>= 1
-                k += 1
-            out.append(acc)
-        return out
+        return [self._first_bytes_of(mask) for mask in self.follow_lexemes]
+
+    def _first_bytes_of(self, lexemes: int) -> int:
+        """The bytes (a bitmask) that start one of ``lexemes`` (a bitmask over lexemes)."""
+        acc = k = 0
+        while lexemes:
+            if lexemes & 1 and self.lex_dfas[k].n_states:
+                acc |= self.lex_first_bytes[k][0]
+            lexemes >>= 1
+            k += 1
+        return acc
+
+    def follow_bytes_of(self, nonterminal: int) -> int:
+        """A bitmask of the bytes that may come right after ``nonterminal`` ends (the first
+        bytes of the lexemes that may start there, ignored ones included; an
+        over-approximation like :attr:`follow_bytes`)."""
+        ignored = 0
+        for k in self.ignore_lexemes:
+            ignored |= 1 << k
+        return self._first_bytes_of(self._follow_nonterminals[nonterminal] | ignored)
 
     def _nullable(self, N: int, lex_nullable: list[bool]) -> list[bool]:
         """nullable[symbol] for every symbol code."""

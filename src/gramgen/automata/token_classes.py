@@ -42,7 +42,7 @@ class TokenClasses:
     #: depth to which the two agree; only those are walked
     NEIGHBOR_SHARE = 0.1
     NEIGHBORS = 4
-    #: see ``_agreement_cap``: the share (1 / AGREEMENT_TAIL) of the tokens longer than the
+    #: see ``agreement_cap``: the share (1 / AGREEMENT_TAIL) of the tokens longer than the
     #: deepest agreement looked for
     AGREEMENT_TAIL = 256
     #: a state whose first bytes start fewer than 1 / SPARSE_SHARE of the tokens is
@@ -78,7 +78,7 @@ class TokenClasses:
         #: the tokens keep within, a deeper agreement spares walking few tokens and costs a
         #: search as long as the longest token (most of a neighbour search's time)
         longer = token_table.n_longer
-        self._agreement_cap = next((d for d in range(len(longer)) if longer[d] * self.AGREEMENT_TAIL
+        self.agreement_cap = next((d for d in range(len(longer)) if longer[d] * self.AGREEMENT_TAIL
                                     <= len(token_table.sorted_bytes)), token_table.max_len)
         self._probes: dict = {}  # (lexeme, lexeme) -> the bytes their agreement tries
         #: (lexeme, state) -> its exit tokens by what their rests stay inside, and
@@ -205,7 +205,7 @@ class TokenClasses:
             d = self.agreement(k, q, lexeme, state)
             if d > depth:
                 depth, near = d, (k, q)
-                if d >= self._agreement_cap:
+                if d >= self.agreement_cap:
                     break  # none agrees deeper than the cap
         if near is not None and tt.n_longer[min(depth, tt.max_len)] <= self.NEIGHBOR_SHARE * len(tt.sorted_bytes):
             return self._classify_near(lexeme, state, self._lexeme_tokens[near], depth)
@@ -234,7 +234,7 @@ class TokenClasses:
 
     def agreement(self, k1: int, q1: int, k2: int, q2: int) -> int:
         """How deep state ``q1`` of lexeme ``k1`` and ``q2`` of ``k2`` agree (every string of
-        at most that many bytes, up to ``_agreement_cap``, is alive / accepted from both
+        at most that many bytes, up to ``agreement_cap``, is alive / accepted from both
         or from neither; ``ByteDFA.agreement_depth``), memoized."""
         if (k1, q1) > (k2, q2):  # symmetric: one entry per pair
             k1, q1, k2, q2 = k2, q2, k1, q1
@@ -245,7 +245,7 @@ class TokenClasses:
             probe = self._probes.get((k1, k2))
             if probe is None:
                 probe = self._probes[(k1, k2)] = probe_bytes(dfas[k1], dfas[k2])
-            d = dfas[k1].agreement_depth(q1, q2, self._agreement_cap, other=dfas[k2], probe=probe)
+            d = dfas[k1].agreement_depth(q1, q2, self.agreement_cap, other=dfas[k2], probe=probe)
             if len(self._agreement) >= 100_000:
                 self._agreement = {}  # a reader holding the old dict still reads correct values
             self._agreement[key] = d

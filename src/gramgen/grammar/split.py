@@ -37,6 +37,10 @@ CHUNK = 256
 #: made for their parts (see :func:`glued_items`)
 SPLIT_TOPS = "split_lexemes"
 SPLIT_INNER = "split_parts"
+#: ``GrammarIR.meta`` key: each automaton split into left-linear rules, as ``(top, states,
+#: accepting)``: the nonterminal deriving its language, ``(state, nonterminal)`` pairs, and
+#: its accepting states (read by ``automata.split_automata``)
+SPLIT_AUTOMATA = "split_automata"
 
 
 def split_lexemes(ir: GrammarIR, names) -> tuple[GrammarIR, list[str]]:
@@ -66,6 +70,8 @@ def split_lexemes(ir: GrammarIR, names) -> tuple[GrammarIR, list[str]]:
     inner.update(r.lhs for r in splitter.rules)
     inner.update(splitter.lexemes)
     meta[SPLIT_TOPS], meta[SPLIT_INNER] = frozenset(tops), frozenset(inner)
+    if splitter.automata:
+        meta[SPLIT_AUTOMATA] = tuple(meta.get(SPLIT_AUTOMATA, ())) + tuple(splitter.automata)
     out = GrammarIR(rules=rules, lexemes=lexemes, start=ir.start, ignore=ir.ignore,
                     source=ir.source, meta=meta)
     return out, list(splitter.lexemes)
@@ -143,6 +149,8 @@ class _Splitter:
         self.base = "lexeme"
         self.chunk = CHUNK
         self.counted = CountedRules(self.rule)
+        #: the automata split into rules, see :data:`SPLIT_AUTOMATA`
+        self.automata: list[tuple] = []
 
     # -- symbols ---------------------------------------------------------------------------
 
@@ -182,7 +190,7 @@ class _Splitter:
         if isinstance(rx, Alt):
             return [self._group_body(g, Alt) for g in self._groups(rx.items)]
         if isinstance(rx, Automaton):
-            return self._automaton(rx)
+            return self._automaton(rx, name)
         return [self.body(rx)]
 
     def body(self, rx: Regex) -> tuple[str, ...]:
@@ -196,7 +204,7 @@ class _Splitter:
         if isinstance(rx, Repeat):
             return self._repeat(rx)
         if isinstance(rx, Automaton):
-            return (self.rule(tuple(self._automaton(rx))),)
+            return (self._automaton(rx),)
         assert isinstance(rx, (CharRanges, ByteRanges))
         raise CompileLimitError(f"lexeme {self.base!r}: a single character class is too big for one DFA")
 
@@ -270,13 +278,18 @@ class _Splitter:
         out = self.counted.power(self.unit(_rep(x, k, k)), q) if q else ()
         return out + (self.piece(_rep(x, r, r)) if r else ())
 
-    def _automaton(self, rx: Automaton) -> list[tuple[str, ...]]:
-        """Left-linear rules: ``R_q`` derives the texts that lead from the start to ``q``."""
+    def _automaton(self, rx: Automaton, top: str | None = None):
+        """Left-linear rules: ``R_q`` derives the texts that lead from the start to ``q``.
+        With ``top`` (the lexeme being replaced), the bodies of ``top``; else the name of a
+        new nonterminal deriving the automaton's language."""
         reached = {rx.start} | {b for _, _, b in rx.edges}
         state = {q: self.names.fresh(f"{self.base}@{q}") for q in sorted(reached)}
         self.rules.append(Rule(state[rx.start], ()))
         for a, label, b in rx.edges:
             if a in reached:
                 self.rules.append(Rule(state[b], (state[a],) + self._group_body((label,), Seq)))
-        return [(state[q],) for q in rx.accepting if q in reached]
-
+        bodies = [(state[q],) for q in rx.accepting if q in reached]
+        name = top if top is not None else self.rule(tuple(bodies))
+        self.automata.append((name, tuple(sorted(state.items())),
+                              tuple(sorted(q for q in rx.accepting if q in reached))))
+        return bodies if top is not None else name

@@ -14,11 +14,13 @@ from ..automata.alphabet import TokenFilter, language_bytes
 from ..automata.dfa import compile_lexemes
 from ..automata.earley import Interner, ParserTables
 from ..automata.lexeme_tokens import LexemeTokens
+from ..automata.split_automata import SplitAutomata
 from ..automata.token_classes import TokenClasses
 from ..automata.token_table import TokenTable, token_table_for
 from ..automata.vocabulary import Vocabulary
 from ..errors import ConfigurationError
 from ..grammar.grammar import Grammar
+from ..grammar.split import SPLIT_AUTOMATA
 from .document import Document
 from .indenter import IndentedMatcher
 from .json_standard import ensure_standard_classes
@@ -58,6 +60,10 @@ class CompiledGrammar:
         #: rewritten as rules over smaller ones (see :func:`~gramgen.automata.dfa.compile_lexemes`)
         self.ir, dfas = compile_lexemes(grammar.ir, max_states=options.max_dfa_states)
         self.tables = ParserTables(self.ir, dfas)
+        #: the automata of lexemes split into rules, where masks reuse a neighbour's (None
+        #: without any; see ``Matcher._automaton_words``)
+        self.split_automata = (SplitAutomata(self.tables, self.ir.meta) or None) if SPLIT_AUTOMATA in self.ir.meta else None
+        self._automaton_exits: dict = {}
         self.token_table: TokenTable = token_table_for(vocab)
         self.vocab_size = vocab.size
         self.eos_ids = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
@@ -194,6 +200,20 @@ class CompiledGrammar:
                 self._inside_masks.put(context, found)
             if all(st != states for st, _ in found):
                 found.appendleft((states, words))
+
+    def automaton_exit_tokens(self, automaton: int) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens that may leave a split automaton before their last byte (those with a
+        byte that may follow it), packed by token id and by rank."""
+        found = self._automaton_exits.get(automaton)
+        if found is None:
+            tt = self.token_table
+            follow = self.split_automata.follow_bytes(automaton)
+            allowed = np.array([not (follow >> b) & 1 for b in range(256)])
+            leaves = ~tt.made_only_of(allowed)   # by rank
+            by_id = np.zeros(self.vocab_size, dtype=bool)
+            by_id[tt.rank_to_id[leaves]] = True
+            found = self._automaton_exits[automaton] = (bitmask.pack(by_id), bitmask.pack(leaves))
+        return found
 
     def store_pass(self, key, value) -> None:
         if len(self.pass_cache) >= 200_000:

@@ -464,6 +464,8 @@ class Matcher:
         cg = self._cg
         scans = cur.scans  # (read once: a native set makes this dict anew at each read)
         classes = [cg.classes.lexeme_tokens(k, q) for k, q in scans]
+        if cur.n_items and cg.split_automata is not None and cg.INSIDE_NEIGHBORS:
+            return self._automaton_words(cur, scans, classes, limit)
         if cur.n_items or not cg.INSIDE_NEIGHBORS or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
             return self._full_words(cur, scans, classes, limit)
         found = self._inside_context(scans)
@@ -536,6 +538,63 @@ class Matcher:
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
                 words |= self._exit_words(cands, scans, longer_than=best, limit=limit, known=words)
+        return words
+
+    def _automaton_words(self, cur, scans: dict, classes: list, limit: int | None = None) -> np.ndarray:
+        """The mask at a position inside an automaton split into rules (a string with a
+        pattern and a maxLength, see ``automata.split_automata``), from a recent position
+        in the same automaton whose state agrees with this one on every string of at most
+        ``d`` bytes, wherever that position was: a token that short which cannot leave
+        the automaton before its last byte (none of its bytes may follow the automaton)
+        reads the same labels to the same acceptance from both states, so it is allowed at
+        both or at neither. Only the tokens that may leave it (a closing quote) and the
+        longer ones are decided here; without such a neighbour, every token is."""
+        cg = self._cg
+        automata = cg.split_automata
+        pos = automata.position(cur.items, scans, len(self._chart) - 1)
+        if pos is None:
+            return self._full_words(cur, scans, classes, limit)
+        x, state, _ = pos
+        context = ("automaton", x)
+        words = self._automaton_neighbour_words(cur, x, state, context, scans, classes, limit)
+        if words is None:
+            words = self._full_words(cur, scans, classes, limit)
+        cg.store_inside_mask(context, (state,), words)
+        return words
+
+    def _automaton_neighbour_words(self, cur, x: int, state: int, context: tuple, scans: dict, classes: list,
+                                   limit: int | None) -> np.ndarray | None:
+        cg = self._cg
+        tt = cg.token_table
+        cap = cg.classes.agreement_cap
+        best, near = -1, None
+        for (prev,), words in cg.inside_neighbours(context):
+            d = cg.split_automata.agreement(x, prev, state, cap)
+            if d > best:
+                best, near = d, words
+                if d >= cap:
+                    break
+        if near is None or tt.n_longer[min(best, tt.max_len)] > cg.classes.NEIGHBOR_SHARE * len(tt.sorted_bytes):
+            return None
+        _, short_ids, short_ranks = tt.longer_than(best)
+        leave_ids, leave_ranks = cg.automaton_exit_tokens(x)
+        # decided here: the longer tokens and those that may leave the automaton (EOS and
+        # the tokens left out of the token table are not in short_ids either)
+        fresh_ids, fresh_ranks = ~short_ids | leave_ids, ~short_ranks | leave_ranks
+        words = near & ~fresh_ids
+        exits = None
+        for lt in classes:
+            lt.or_inside(words, fresh_ids)
+            if lt.n_exits:
+                if exits is None:
+                    exits = np.zeros(tt.n_rank_words, dtype=np.uint32)
+                lt.or_exits(exits, fresh_ranks)
+        if self._tables.is_accepting(cur):
+            bitmask.set_bits(words, cg.eos_ids)
+        if exits is not None and exits.any():
+            cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
+            if cands.size:
+                words |= self._exit_words(cands, scans, longer_than=context + (best,), limit=limit, known=words)
         return words
 
     def _full_words(self, cur, scans: dict, classes: list, limit: int | None = None) -> np.ndarray:

@@ -1,0 +1,180 @@
+"""Masks inside an automaton split into rules (a JSON string with a pattern and a
+maxLength whose DFA passes the state limit, see gramgen.automata.split_automata) reuse a
+recent position's mask: they stay exact against brute force of the unsplit grammar, the
+reuse happens, and a wrong agreement depth would show."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+import gramgen
+from conftest import vocabulary
+from gramgen.automata.split_automata import SplitAutomata
+from gramgen.runtime.matcher import Matcher
+from reference import ReferenceGrammar, brute_force_mask
+
+#: (schema, the DFA state limit that splits its string into rules, a text that opens the string)
+SCHEMAS = [
+    ({"type": "string", "pattern": "^(?:[a-z]+ ){0,12}[a-z]+$", "maxLength": 40}, 100, '"'),
+    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?:[a-z.,]+[ \\t]+){0,12}[a-z.,]+$",
+                                              "maxLength": 36}}, "required": ["a"]}, 400, '{"a": "'),
+    ({"type": "array", "items": {"type": "string", "pattern": "^[a-c]{2}(?:[a-c ]*[a-c])?$", "minLength": 3,
+                                 "maxLength": 30}, "maxItems": 3}, 40, '["ab'),
+]
+
+
+def _compiled(schema, max_states, vocab):
+    grammar = gramgen.Grammar.from_json_schema(schema)
+    cg = gramgen.compile(grammar, vocab, max_dfa_states=max_states)
+    assert cg.split_automata is not None, "the state limit should have split the string into an automaton"
+    return grammar, cg
+
+
+def _full(grammar, vocab, max_states):
+    """The same grammar compiled alike, every mask computed in full (no reuse)."""
+    cg = gramgen.compile(grammar, vocab, max_dfa_states=max_states)
+    cg.split_automata = None
+    return cg
+
+
+def _walks(cg, oracle, vocab, rng, walks: int, steps: int, prefix: str = "") -> int:
+    """Random walks from ``prefix``, each mask compared with ``oracle(text bytes)``;
+    returns how many masks there were."""
+    n = 0
+    for _ in range(walks):
+        m = cg.matcher()
+        m.advance_text(prefix)
+        data = prefix.encode()
+        for _ in range(steps):
+            got = set(np.flatnonzero(m.mask()).tolist())
+            expected = oracle(data)
+            assert got == expected, (data, sorted(got ^ expected)[:5])
+            n += 1
+            choices = sorted(t for t in got if t not in vocab.eos_token_ids)
+            if not choices:
+                break
+            # mostly short tokens other than a closing quote: many positions inside the string
+            short = [t for t in choices if len(vocab.token_bytes(t)) <= 2 and b'"' not in vocab.token_bytes(t)]
+            t = rng.choice(short if short and rng.random() < 0.9 else choices)
+            m.advance(t)
+            data += vocab.token_bytes(t)
+    return n
+
+
+def _full_oracle(full):
+    def oracle(data: bytes) -> set:
+        m = full.matcher()
+        m.advance_text(data)
+        return set(np.flatnonzero(m.mask()).tolist())
+    return oracle
+
+
+def _brute_oracle(grammar, vocab):
+    ref = ReferenceGrammar(grammar.ir)
+
+    def oracle(data: bytes) -> set:
+        chart = ref.initial()
+        for b in data:
+            chart = ref.feed(chart, b)
+        return brute_force_mask(ref, chart, vocab)
+    return oracle
+
+
+@pytest.mark.parametrize("schema, max_states, prefix", SCHEMAS, ids=["words", "property", "items"])
+@pytest.mark.parametrize("tname", ["gpt2", "llama2", "llama3"])
+def test_masks_inside_split_automata_equal_full_masks(schema, max_states, prefix, tname, monkeypatch):
+    """Against the masks computed in full (exact against brute force, tests/test_masks.py)."""
+    vocab = vocabulary(tname)
+    grammar, cg = _compiled(schema, max_states, vocab)
+    reused = []
+    original = Matcher._automaton_neighbour_words
+
+    def spy(self, *args, **kwargs):
+        found = original(self, *args, **kwargs)
+        reused.append(found is not None)
+        return found
+
+    monkeypatch.setattr(Matcher, "_automaton_neighbour_words", spy)
+    oracle = _full_oracle(_full(grammar, vocab, max_states))
+    n = _walks(cg, oracle, vocab, random.Random(f"{tname}/{max_states}"), 6, 45, prefix)
+    assert n >= 40
+    assert sum(reused) >= 5, "positions inside the automaton should reuse a neighbour's mask"
+
+
+@pytest.mark.parametrize("tname", ["gpt2", "llama2"])
+def test_masks_inside_a_split_automaton_equal_brute_force(tname):
+    """Against the reference recogniser of the unsplit grammar, trying every token."""
+    vocab = vocabulary(tname)
+    schema, max_states, prefix = SCHEMAS[0]
+    grammar, cg = _compiled(schema, max_states, vocab)
+    assert _walks(cg, _brute_oracle(grammar, vocab), vocab, random.Random(tname), 1, 30, prefix) >= 20
+
+
+def test_a_wrong_agreement_depth_gives_wrong_masks(monkeypatch):
+    """Claiming every pair of states agrees as deep as asked reuses masks across the
+    maxLength bound: the comparison catches it (the tests above can fail)."""
+    vocab = vocabulary("gpt2")
+    schema, max_states, prefix = SCHEMAS[0]
+    grammar, cg = _compiled(schema, max_states, vocab)
+    oracle = _full_oracle(_full(grammar, vocab, max_states))
+    monkeypatch.setattr(SplitAutomata, "agreement", lambda self, x, a1, a2, cap: cap)
+    with pytest.raises(AssertionError):
+        _walks(cg, oracle, vocab, random.Random("spoiled"), 6, 45, prefix)
+
+
+def _brute_agreement(edges: dict, accepting: frozenset, a1: int, a2: int, cap: int) -> int:
+    """The deepest d <= cap such that every label string of at most d labels (one byte
+    each) is alive / accepted alike from both states."""
+    labels = sorted({lab for out in edges.values() for lab, _ in out})
+
+    def run(q, word):
+        for lab in word:
+            nxt = [t for l2, t in edges.get(q, ()) if l2 == lab]
+            if not nxt:
+                return None
+            q = nxt[0]
+        return q
+
+    def alive(q):
+        return q is not None and (q in accepting or bool(edges.get(q)))
+
+    for d in range(cap + 1):
+        for word in itertools.product(labels, repeat=d):
+            q1, q2 = run(a1, word), run(a2, word)
+            if alive(q1) != alive(q2) or alive(q1) and (q1 in accepting) != (q2 in accepting):
+                return d - 1
+    return cap
+
+
+def test_agreement_depth_is_never_deeper_than_the_truth():
+    """On random automata with one-byte labels the depth is a lower bound of the true
+    agreement (sound), and exact on a counter."""
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(2, 7)
+        edges = {}
+        for q in range(n):
+            out = [(lab, rng.randrange(n)) for lab in (1, 2) if rng.random() < 0.7]
+            if out:
+                edges[q] = tuple(out)
+        accepting = frozenset(q for q in range(n) if rng.random() < 0.4 or q not in edges)
+        a1, a2 = rng.randrange(n), rng.randrange(n)
+        cap = 5
+        got = SplitAutomata._agreement_depth(edges, accepting, a1, a2, cap) if a1 != a2 else cap
+        assert 0 <= got <= max(0, _brute_agreement(edges, accepting, a1, a2, cap)), (edges, accepting, a1, a2)
+    # a counter: state i reads one more label up to state 9, every state accepts
+    chain = {i: ((1, i + 1),) for i in range(9)}
+    every = frozenset(range(10))
+    for i, j in [(0, 3), (2, 5), (6, 8)]:
+        assert SplitAutomata._agreement_depth(chain, every, i, j, 20) == 9 - j
+        assert _brute_agreement(chain, every, i, j, 20) == 9 - j
+
+
+def test_grammars_without_split_automata_have_none():
+    vocab = vocabulary("gpt2")
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(SCHEMAS[0][0]), vocab)
+    assert cg.split_automata is None
