@@ -126,6 +126,20 @@ def test_a_wrong_agreement_depth_gives_wrong_masks(monkeypatch):
         _walks(cg, oracle, vocab, random.Random("spoiled"), 6, 45, prefix)
 
 
+def test_wrong_first_byte_depths_give_wrong_masks(monkeypatch):
+    """The same for the depths per first byte (the path taken where no state agrees as a
+    whole): claiming the deepest for every byte shows."""
+    vocab = vocabulary("gpt2")
+    schema, max_states, prefix = SCHEMAS[0]
+    grammar, cg = _compiled(schema, max_states, vocab)
+    oracle = _full_oracle(_full(grammar, vocab, max_states))
+    monkeypatch.setattr(SplitAutomata, "agreement", lambda self, x, a1, a2, cap: 0)
+    monkeypatch.setattr(SplitAutomata, "first_byte_depths",
+                        lambda self, x, a1, a2, cap: np.full(256, cap, dtype=np.int32))
+    with pytest.raises(AssertionError):
+        _walks(cg, oracle, vocab, random.Random("spoiled"), 6, 45, prefix)
+
+
 def _brute_agreement(edges: dict, accepting: frozenset, a1: int, a2: int, cap: int) -> int:
     """The deepest d <= cap such that every label string of at most d labels (one byte
     each) is alive / accepted alike from both states."""
@@ -178,3 +192,16 @@ def test_grammars_without_split_automata_have_none():
     vocab = vocabulary("gpt2")
     cg = gramgen.compile(gramgen.Grammar.from_json_schema(SCHEMAS[0][0]), vocab)
     assert cg.split_automata is None
+
+
+def test_equal_strings_under_two_keys_share_one_automaton():
+    """Equal split lexemes are split once (the second derives the first), and masks in the
+    second string reuse positions of the first."""
+    vocab = vocabulary("gpt2")
+    string = {"type": "string", "pattern": "^(?:[a-z]+ ){0,12}[a-z]+$", "maxLength": 40}
+    schema = {"type": "object", "properties": {"a": string, "b": dict(string)}, "required": ["a", "b"]}
+    grammar, cg = _compiled(schema, 100, vocab)
+    assert len(cg.split_automata.tops) == 1
+    oracle = _full_oracle(_full(grammar, vocab, 100))
+    rng = random.Random("two keys")
+    assert _walks(cg, oracle, vocab, rng, 2, 25, '{"a": "ab cd", "b": "') >= 40

@@ -18,17 +18,12 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from ..grammar.split import SPLIT_AUTOMATA
 from .earley import ParserTables
 
-__all__ = ["SplitAutomata", "AutomatonPosition"]
-
-
-class AutomatonPosition(tuple):
-    """(automaton, state, origin): the parser is in ``state`` of automaton ``automaton``,
-    which it entered at chart position ``origin``."""
-
-    __slots__ = ()
+__all__ = ["SplitAutomata"]
 
 
 class SplitAutomata:
@@ -50,9 +45,11 @@ class SplitAutomata:
         self.tops: list[int] = []
         self.accepting: list[frozenset] = []
         self.edges: list[dict[int, list]] = []
-        for x, (top, states, accepting) in enumerate(meta.get(SPLIT_AUTOMATA, ())):
+        self.starts: list[int] = []
+        for x, (top, states, accepting, start) in enumerate(meta.get(SPLIT_AUTOMATA, ())):
             self.tops.append(nt.get(top, -1))
             self.accepting.append(frozenset(accepting))
+            self.starts.append(start)
             self.edges.append({})
             for q, name in states:
                 if name in nt:
@@ -88,14 +85,18 @@ class SplitAutomata:
         #: per automaton, the kernel items just after its nonterminal (``v -> '"' R . '"'``):
         #: where the parse goes on once it accepts
         self.after_top: list[frozenset] = []
+        #: kernel item just before an automaton's nonterminal (``v -> '"' . R '"'``) -> the
+        #: automaton: it starts at that item's set, in its start state
+        self.before_top: dict[int, int] = {}
         item_next = tables.item_next
-        for x, top in enumerate(self.tops):
-            after = set()
-            if usable[x]:
-                for i, sym in enumerate(item_next):
-                    if sym == top:
-                        after.add(i + 1)
-            self.after_top.append(frozenset(after))
+        top_of = {top: x for x, top in enumerate(self.tops) if usable[x]}
+        after_top: list[set] = [set() for _ in self.tops]
+        for i, sym in enumerate(item_next):
+            x = top_of.get(sym)
+            if x is not None:
+                after_top[x].add(i + 1)
+                self.before_top[i] = x
+        self.after_top = [frozenset(a) for a in after_top]
         self._follow: dict[int, int] = {}
         self._agreement: dict = {}
         self._lock = threading.Lock()
@@ -103,25 +104,30 @@ class SplitAutomata:
     def __bool__(self) -> bool:
         return bool(self.item_state)
 
-    def position(self, items, scans, here: int) -> AutomatonPosition | None:
-        """The automaton position of an Earley set (its kernel ``items`` as ``(item,
+    def position(self, items, scans, here: int) -> tuple[int, int, int] | None:
+        """(automaton, state, the chart index where it was entered) of an Earley set (its kernel ``items`` as ``(item,
         origin)`` pairs, its ``scans``, ``here`` its chart index), or None when anything
         else could go on from it: a second automaton or origin, another item still waiting
         for something, or a lexeme begun earlier that can still read a byte. (Items that
         are complete and lexemes that began here, predicted by the kernel items, are
-        functions of the rest.)"""
+        functions of the rest.) An item just before an automaton's nonterminal puts it
+        in its start state, entered here."""
         tables = self.tables
-        relevant, item_state = tables.relevant_item, self.item_state
+        relevant, item_state, before_top = tables.relevant_item, self.item_state, self.before_top
         found = None
         after = []
         for item, origin in items:
             if not relevant[item]:
                 continue
             xa = item_state.get(item)
-            if xa is None:
+            if xa is not None:
+                pos = (xa[0], xa[1], origin)
+            elif item in before_top:
+                x = before_top[item]
+                pos = (x, self.starts[x], here)
+            else:
                 after.append(item)
                 continue
-            pos = (xa[0], xa[1], origin)
             if found is None:
                 found = pos
             elif found != pos:
@@ -134,7 +140,42 @@ class SplitAutomata:
         for (k, q), origins in scans.items():
             if first_bytes[k][q] and any(o != here for o in origins):
                 return None
-        return AutomatonPosition(found)
+        return found
+
+    def first_byte_depths(self, automaton: int, a1: int, a2: int, cap: int) -> np.ndarray:
+        """Per first byte (int32[256]): a depth ``d`` such that every string of at most
+        ``d`` bytes that starts with that byte reads alike from ``a1`` and ``a2`` (-1: none
+        is known to). Where the two states differ in acceptance or in some labels (after a
+        word and after a space), the strings that start with a label both read still
+        agree as deep as the states that label leads to; a byte that no label of either
+        state takes is read by neither (0 bytes in: a byte that may follow the automaton,
+        which the caller decides anyway)."""
+        edges = self.edges[automaton]
+        e1, e2 = edges.get(a1, ()), edges.get(a2, ())
+        starts = self._label_starts
+        out = np.empty(256, dtype=np.int32)
+        seen: dict = {}
+        for beta in range(256):
+            bit = 1 << beta
+            g1 = tuple(e for e in e1 if starts(e[0]) & bit)
+            g2 = tuple(e for e in e2 if starts(e[0]) & bit)
+            d = seen.get((g1, g2))
+            if d is None:
+                if tuple(label for label, _ in g1) != tuple(label for label, _ in g2):
+                    d = -1
+                else:
+                    d = cap
+                    for (_, t1), (_, t2) in zip(g1, g2):
+                        if t1 != t2:
+                            # the label reads at least the first byte
+                            d = min(d, self.agreement(automaton, t1, t2, cap) + 1)
+                seen[(g1, g2)] = d
+            out[beta] = d
+        return out
+
+    def _label_starts(self, label: int) -> int:
+        """The bytes (a bitmask) that start label lexeme ``label`` (a symbol code)."""
+        return self.tables.lex_first_bytes[label - self.tables.n_nonterminals][0]
 
     def follow_bytes(self, automaton: int) -> int:
         """The bytes that may come right after the automaton's text (a bitmask): a token

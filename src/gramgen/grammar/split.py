@@ -38,8 +38,8 @@ CHUNK = 256
 SPLIT_TOPS = "split_lexemes"
 SPLIT_INNER = "split_parts"
 #: ``GrammarIR.meta`` key: each automaton split into left-linear rules, as ``(top, states,
-#: accepting)``: the nonterminal deriving its language, ``(state, nonterminal)`` pairs, and
-#: its accepting states (read by ``automata.split_automata``)
+#: accepting, start)``: the nonterminal deriving its language, ``(state, nonterminal)``
+#: pairs, its accepting states and its start state (read by ``automata.split_automata``)
 SPLIT_AUTOMATA = "split_automata"
 
 
@@ -48,7 +48,8 @@ def split_lexemes(ir: GrammarIR, names) -> tuple[GrammarIR, list[str]]:
     rules derive the same language over smaller lexemes; also the names of the new lexemes.
 
     Each call splits one level of the regex, so the new lexemes are strictly smaller; a
-    caller whose new lexemes are still too big calls it again on those. Raises
+    caller whose new lexemes are still too big calls it again on those. Lexemes with equal
+    regexes are split once, the others deriving the first (``name -> first``). Raises
     :class:`~gramgen.CompileLimitError` for an ignored lexeme (``ir.ignore``) and for a
     lexeme that is a single character class (nothing to split)."""
     names = list(names)
@@ -60,11 +61,16 @@ def split_lexemes(ir: GrammarIR, names) -> tuple[GrammarIR, list[str]]:
     rules = list(ir.rules)
     meta = dict(ir.meta)
     tops, inner = set(meta.get(SPLIT_TOPS, ())), set(meta.get(SPLIT_INNER, ()))
+    first_of: dict[Regex, str] = {}   # equal lexemes (one string schema under many keys) split once
     for name in names:
         rx = lexemes.pop(name)
-        rules.extend(Rule(name, body) for body in splitter.alternatives(name, rx))
         if name not in inner:
             tops.add(name)
+        if rx in first_of:
+            rules.append(Rule(name, (first_of[rx],)))
+            continue
+        first_of[rx] = name
+        rules.extend(Rule(name, body) for body in splitter.alternatives(name, rx))
     rules.extend(splitter.rules)
     lexemes.update(splitter.lexemes)
     inner.update(r.lhs for r in splitter.rules)
@@ -151,6 +157,7 @@ class _Splitter:
         self.counted = CountedRules(self.rule)
         #: the automata split into rules, see :data:`SPLIT_AUTOMATA`
         self.automata: list[tuple] = []
+        self._automaton_of: dict[Automaton, str] = {}
 
     # -- symbols ---------------------------------------------------------------------------
 
@@ -204,7 +211,10 @@ class _Splitter:
         if isinstance(rx, Repeat):
             return self._repeat(rx)
         if isinstance(rx, Automaton):
-            return (self._automaton(rx),)
+            name = self._automaton_of.get(rx)
+            if name is None:   # one string schema inside several key-value lexemes: once
+                name = self._automaton_of[rx] = self._automaton(rx)
+            return (name,)
         assert isinstance(rx, (CharRanges, ByteRanges))
         raise CompileLimitError(f"lexeme {self.base!r}: a single character class is too big for one DFA")
 
@@ -291,5 +301,5 @@ class _Splitter:
         bodies = [(state[q],) for q in rx.accepting if q in reached]
         name = top if top is not None else self.rule(tuple(bodies))
         self.automata.append((name, tuple(sorted(state.items())),
-                              tuple(sorted(q for q in rx.accepting if q in reached))))
+                              tuple(sorted(q for q in rx.accepting if q in reached)), rx.start))
         return bodies if top is not None else name

@@ -201,9 +201,9 @@ class CompiledGrammar:
             if all(st != states for st, _ in found):
                 found.appendleft((states, words))
 
-    def automaton_exit_tokens(self, automaton: int) -> tuple[np.ndarray, np.ndarray]:
+    def automaton_exit_tokens(self, automaton: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The tokens that may leave a split automaton before their last byte (those with a
-        byte that may follow it), packed by token id and by rank."""
+        byte that may follow it), packed by token id and by rank, and bool by rank."""
         found = self._automaton_exits.get(automaton)
         if found is None:
             tt = self.token_table
@@ -212,7 +212,8 @@ class CompiledGrammar:
             leaves = ~tt.made_only_of(allowed)   # by rank
             by_id = np.zeros(self.vocab_size, dtype=bool)
             by_id[tt.rank_to_id[leaves]] = True
-            found = self._automaton_exits[automaton] = (bitmask.pack(by_id), bitmask.pack(leaves))
+            leaves.flags.writeable = False
+            found = self._automaton_exits[automaton] = (bitmask.pack(by_id), bitmask.pack(leaves), leaves)
         return found
 
     def store_pass(self, key, value) -> None:

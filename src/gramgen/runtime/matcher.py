@@ -548,7 +548,10 @@ class Matcher:
         the automaton before its last byte (none of its bytes may follow the automaton)
         reads the same labels to the same acceptance from both states, so it is allowed at
         both or at neither. Only the tokens that may leave it (a closing quote) and the
-        longer ones are decided here; without such a neighbour, every token is."""
+        longer ones are decided here. Where no recent state agrees deep enough as a whole
+        (after a space, the last ones after words), ``d`` is taken per first byte
+        (``SplitAutomata.first_byte_depths``); without any recent position, every token
+        is decided here."""
         cg = self._cg
         automata = cg.split_automata
         pos = automata.position(cur.items, scans, len(self._chart) - 1)
@@ -562,25 +565,43 @@ class Matcher:
         cg.store_inside_mask(context, (state,), words)
         return words
 
+    #: a neighbour by first bytes is taken when it decides at least this share of the tokens
+    _BY_FIRST_BYTES_SHARE = 0.5
+
     def _automaton_neighbour_words(self, cur, x: int, state: int, context: tuple, scans: dict, classes: list,
                                    limit: int | None) -> np.ndarray | None:
         cg = self._cg
         tt = cg.token_table
+        automata = cg.split_automata
         cap = cg.classes.agreement_cap
+        n_tokens = len(tt.sorted_bytes)
+        neighbours = cg.inside_neighbours(context)
         best, near = -1, None
-        for (prev,), words in cg.inside_neighbours(context):
-            d = cg.split_automata.agreement(x, prev, state, cap)
+        for (prev,), words in neighbours:
+            d = automata.agreement(x, prev, state, cap)
             if d > best:
                 best, near = d, words
                 if d >= cap:
                     break
-        if near is None or tt.n_longer[min(best, tt.max_len)] > cg.classes.NEIGHBOR_SHARE * len(tt.sorted_bytes):
+        if near is None:
             return None
-        _, short_ids, short_ranks = tt.longer_than(best)
-        leave_ids, leave_ranks = cg.automaton_exit_tokens(x)
-        # decided here: the longer tokens and those that may leave the automaton (EOS and
-        # the tokens left out of the token table are not in short_ids either)
-        fresh_ids, fresh_ranks = ~short_ids | leave_ids, ~short_ranks | leave_ranks
+        leave_ids, leave_ranks, leaves = cg.automaton_exit_tokens(x)
+        if tt.n_longer[min(best, tt.max_len)] <= cg.classes.NEIGHBOR_SHARE * n_tokens:
+            _, short_ids, short_ranks = tt.longer_than(best)
+            # decided here: the longer tokens and those that may leave the automaton (EOS
+            # and the tokens left out of the token table are not in short_ids either)
+            fresh_ids, fresh_ranks = ~short_ids | leave_ids, ~short_ranks | leave_ranks
+            key = context + (best,)
+        else:
+            (prev,), near = neighbours[0]
+            depths = automata.first_byte_depths(x, prev, state, cap)
+            reused = (tt.lengths <= np.repeat(depths, np.diff(tt.first_start))) & ~leaves
+            if reused.sum() < self._BY_FIRST_BYTES_SHARE * n_tokens:
+                return None
+            by_id = np.ones(cg.vocab_size, dtype=bool)
+            by_id[tt.rank_to_id[reused]] = False
+            fresh_ids, fresh_ranks = bitmask.pack(by_id), bitmask.pack(~reused)
+            key = context + (depths.tobytes(),)
         words = near & ~fresh_ids
         exits = None
         for lt in classes:
@@ -592,9 +613,9 @@ class Matcher:
         if self._tables.is_accepting(cur):
             bitmask.set_bits(words, cg.eos_ids)
         if exits is not None and exits.any():
-            cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
+            cands = bitmask.unknown_positions(exits, n_tokens, tt.rank_to_id, words)
             if cands.size:
-                words |= self._exit_words(cands, scans, longer_than=context + (best,), limit=limit, known=words)
+                words |= self._exit_words(cands, scans, longer_than=key, limit=limit, known=words)
         return words
 
     def _full_words(self, cur, scans: dict, classes: list, limit: int | None = None) -> np.ndarray:
