@@ -96,7 +96,9 @@ def test_exit_classes_by_rest():
     id_of = {vocab.token_bytes(i): i for i in range(vocab.size)}
     ranks = np.array([tt.id_to_rank[id_of[t]] for t in (b" int", b" return", b" foo", b" (", b" ()")],
                      dtype=np.int64)
-    class_of, bits = tables.native.exit_classes(k, 0, ranks, tt.blob, tt.offsets)
+    class_of, bits, reads = tables.native.exit_classes(k, 0, ranks, tt.blob, tt.offsets)
+    # (each rest starts at least one lexeme, which reads at least its first byte)
+    assert reads >= len(ranks)
     class_of = np.frombuffer(class_of, dtype=np.int32)
     w = (len(names) + 63) // 64
     classes = np.frombuffer(bits, dtype=np.uint64).reshape(-1, 2 * w)
@@ -127,8 +129,8 @@ def test_native_exit_classes_rejects_bad_arguments():
         native.exit_classes(k, 0, ok, tt.blob, tt.offsets.astype(np.int32))
     with pytest.raises(ValueError, match="out of range"):   # an offset past the blob
         native.walk_exits([on.matcher()._chart[0]], [], ok, tt.blob[:1], tt.offsets)
-    class_of, classes = native.exit_classes(k, 0, np.zeros(0, dtype=np.int64), tt.blob, tt.offsets)
-    assert class_of == b"" and classes == b""
+    class_of, classes, reads = native.exit_classes(k, 0, np.zeros(0, dtype=np.int64), tt.blob, tt.offsets)
+    assert class_of == b"" and classes == b"" and reads == 0
 
 
 @pytest.mark.parametrize("gname", ["python_subset.lark", "sql.lark", "ignored-ws-comments", "json.lark"])
@@ -255,3 +257,27 @@ def test_exit_classes_are_made_after_two_costly_walks():
     assert not cls.exits_after_pays(k, cheap)
     cls.note_exit_walk([(k, cheap)], 10 ** 9)   # (two walks noted: the least stands)
     assert not cls.exits_after_pays(k, cheap)
+
+
+def test_exit_classes_are_not_made_where_foreseen_costly():
+    """exits_after_pays after two costly walks: yes while the classes are foreseen cheap
+    (the first of a lexeme by its exit count, later ones by the reads per exit token its
+    first classes took), no past TokenClasses.EXIT_CLASS_WORK."""
+    on, _, _ = _compiled_pair("c.lark", "gpt2")
+    cls = on.classes
+    k = next(k for k in range(len(on.tables.lex_dfas)) if not on.tables.is_ignore[k]
+             and cls.lexeme_tokens(k, 0).n_exits)
+    n_exits = cls.lexeme_tokens(k, 0).n_exits
+    cls.EXITS_BY_STARTS_MIN = 1
+    cls._exit_visits[(k, 0)] = (cls.EXIT_WALKS_SEEN, 10 * n_exits)
+    assert cls.exits_after_pays(k, 0)
+    cls.EXIT_CLASS_FIRST = n_exits - 1
+    assert not cls.exits_after_pays(k, 0)
+    cls._exit_reads[k] = cls.EXIT_CLASS_WORK / n_exits - cls.EXIT_CLASS_TOKEN_UNITS   # just within
+    assert cls.exits_after_pays(k, 0)
+    cls._exit_reads[k] += 1
+    assert not cls.exits_after_pays(k, 0)
+    # the reads per exit token are those the native classes counted
+    fresh = gramgen.compile(on.grammar, on.vocab).classes
+    fresh._exit_classes(k, 0)
+    assert fresh._exit_reads[k] > 0

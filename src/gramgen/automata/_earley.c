@@ -3177,7 +3177,7 @@ done:
     return out;
 }
 
-/* exit_classes(k, q, ranks, blob, offsets[, within]) -> (class_of, classes)
+/* exit_classes(k, q, ranks, blob, offsets[, within]) -> (class_of, classes, reads)
  *
  * For the tokens `ranks` read from state q of lexeme k, where k ends inside the token (k
  * accepts after some of its bytes and the next byte may follow it; the rest is then read
@@ -3189,7 +3189,8 @@ done:
  * token whose A meets S is taken whole, and one whose A and E both miss S is not taken on
  * this scan's paths: neither needs a parser step (see TokenClasses.exits_after). With
  * `within` (the same words), only those lexemes are read (their bits alone are set): the
- * lexemes that may follow k anywhere hold every S of k's scans. */
+ * lexemes that may follow k anywhere hold every S of k's scans. reads: the lexemes started
+ * on rests and the bytes they read (the work done, for TokenClasses to foresee it). */
 static PyObject *
 tables_exit_classes(Tables *t, PyObject *args)
 {
@@ -3249,6 +3250,7 @@ tables_exit_classes(Tables *t, PyObject *args)
     const Lex *K = &t->lex[k];
     const uint64_t *follow = t->follow + 4 * (size_t)k;
     int32_t last = -1;   /* the class of the token before (neighbours in byte order often agree) */
+    long long reads = 0;   /* lexemes started on a rest, and bytes they read */
     for (Py_ssize_t x = 0; x < n; x++) {
         const uint8_t *data = blob + off[rs[x]];
         int32_t len = (int32_t)(off[rs[x] + 1] - off[rs[x]]);
@@ -3271,7 +3273,8 @@ tables_exit_classes(Tables *t, PyObject *args)
                 const uint8_t *acc = t->lex[L].accept;
                 const uint64_t *fl = t->follow + 4 * (size_t)L;
                 int32_t u = tr[c];
-                for (int32_t y = i + 2; y < len && u >= 0; y++) {
+                reads++;
+                for (int32_t y = i + 2; y < len && u >= 0; y++, reads++) {
                     if (acc[u] && has_byte(fl, data[y]))
                         bits[W1 + (L >> 6)] |= (uint64_t)1 << (L & 63);
                     u = tr[256 * (size_t)u + data[y]];
@@ -3329,8 +3332,10 @@ tables_exit_classes(Tables *t, PyObject *args)
     {
         PyObject *a = PyBytes_FromStringAndSize((const char *)class_of, n * (Py_ssize_t)sizeof(int32_t));
         PyObject *b = PyBytes_FromStringAndSize((const char *)classes, n_cls * (Py_ssize_t)(W * sizeof(uint64_t)));
-        if (a && b)
-            out = PyTuple_Pack(2, a, b);
+        PyObject *r = PyLong_FromLongLong(reads);
+        if (a && b && r)
+            out = PyTuple_Pack(3, a, b, r);
+        Py_XDECREF(r);
         Py_XDECREF(a);
         Py_XDECREF(b);
     }
@@ -3691,7 +3696,7 @@ static PyMethodDef tables_methods[] = {
     {"try_texts", (PyCFunction)tables_try_texts, METH_VARARGS,
      "try_texts(chart, texts) -> bytes: 1 where the parser takes every byte of the text"},
     {"exit_classes", (PyCFunction)tables_exit_classes, METH_VARARGS,
-     "exit_classes(k, q, ranks, blob, offsets[, within]) -> (class_of, classes): the lexemes (of within: "
+     "exit_classes(k, q, ranks, blob, offsets[, within]) -> (class_of, classes, reads): the lexemes (of within: "
      "bytes of uint64 words, a bit per lexeme) each token's rest stays inside, or ends inside, after lexeme k "
      "(from state q) ends in it"},
     {"plain_chain", (PyCFunction)tables_plain_chain, METH_VARARGS,

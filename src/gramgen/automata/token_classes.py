@@ -88,6 +88,9 @@ class TokenClasses:
         #: (lexeme, state) met -> (walks of its exits noted, the least work of one; see
         #: exits_after_pays)
         self._exit_visits: dict = {}
+        #: lexeme -> the reads per exit token of the first classes made for one of its
+        #: states (see EXIT_CLASS_WORK)
+        self._exit_reads: dict = {}
         self._lock = threading.Lock()
 
     def lexeme_tokens(self, lexeme: int, state: int) -> LexemeTokens:
@@ -289,6 +292,20 @@ class TokenClasses:
     EXIT_WALK_SHARE = 2
     #: the walks noted before classes are made (the first caches passes the next ones use)
     EXIT_WALKS_SEEN = 2
+    #: ... and when making them is foreseen to cost at most this much: a byte read by a
+    #: lexeme started on an exit token's rest is one unit (~2.5 ns), a token
+    #: EXIT_CLASS_TOKEN_UNITS more; a lexeme's reads per exit token are those of the first
+    #: classes made for one of its states (``exit_classes`` counts them). Past it, the mask
+    #: that made them would cost several walks at once: a long string's block end with
+    #: 120,000 exit tokens whose rests 12 lexemes may start on (42 reads per token) took 14
+    #: ms, where each walk took ~3 ms (Llama 3, JSONSchemaBench Github_hard/o13152); with 4
+    #: lexemes (14 reads per token), 7 ms (Github_easy/o9773); a Python name's state with
+    #: 49,000 exit tokens (8.6 reads each), 2.2 ms
+    EXIT_CLASS_WORK = 2_000_000
+    EXIT_CLASS_TOKEN_UNITS = 12
+    #: ... and for the first classes of a lexeme (reads not known yet): at most this many
+    #: exit tokens
+    EXIT_CLASS_FIRST = 65_536
 
     def decides_exits(self) -> bool:
         """Whether :meth:`exits_after` is used (the native tables are built)."""
@@ -299,13 +316,18 @@ class TokenClasses:
         ignored lexeme's always (classified at compile time), another's when it has at
         least :attr:`EXITS_BY_STARTS_MIN` exits, after two visits whose walks were not much
         cheaper than the classes (:attr:`EXIT_WALK_SHARE`, noted by :meth:`note_exit_walk`):
-        those visits walk them as before, and the classes serve every later visit.
+        those visits walk them as before, and the classes serve every later visit; never
+        when making them is foreseen to cost more than :attr:`EXIT_CLASS_WORK`.
         ``count=False`` (a mask under a work bound) does not count this visit, so that a
         bounded mask stops alike when repeated."""
         if self.tables.is_ignore[lexeme] or (lexeme, state) in self._exit_classes_of:
             return True
         n_exits = self.lexeme_tokens(lexeme, state).n_exits
         if not count or n_exits < self.EXITS_BY_STARTS_MIN:
+            return False
+        per_exit = self._exit_reads.get(lexeme)
+        if (n_exits > self.EXIT_CLASS_FIRST if per_exit is None
+                else n_exits * (self.EXIT_CLASS_TOKEN_UNITS + per_exit) > self.EXIT_CLASS_WORK):
             return False
         with self._lock:
             walks, work = self._exit_visits.setdefault((lexeme, state), (0, 0))
@@ -400,7 +422,10 @@ class TokenClasses:
             ranks = lt.exit_ranks()
             lex_words = (len(self.tables.lex_dfas) + 63) // 64   # uint64 words of a set of lexemes
             args = (self.tables.follow_lexemes[lexeme].to_bytes(8 * lex_words, "little"),) if within else ()
-            class_of, bits = native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets, *args)
+            class_of, bits, reads = native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets, *args)
+            if len(ranks):
+                with self._lock:
+                    self._exit_reads.setdefault(lexeme, reads / len(ranks))
             class_of = np.frombuffer(class_of, dtype=np.int32)
             class_bits = np.frombuffer(bits, dtype=np.uint64).reshape(-1, 2 * lex_words)
             # the classes of many tokens (a space and a word) as masks, OR-ed whole; the

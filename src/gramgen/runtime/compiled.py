@@ -67,6 +67,10 @@ class CompiledGrammar:
         self.token_table: TokenTable = token_table_for(vocab)
         self.vocab_size = vocab.size
         self.eos_ids = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
+        if self.split_automata is not None:
+            for x, usable in enumerate(self.split_automata.usable):
+                if usable:
+                    self.automaton_exit_tokens(x)   # (~1 ms at 128k tokens: not in a mask)
         #: per lexeme: its DFA with an explicit sink state, and bool[256] of the bytes that
         #: may follow it (see ParserTables.follow_bytes); shared by classification and walks
         self.sink_tables = [d.sink_table() for d in self.tables.lex_dfas]
