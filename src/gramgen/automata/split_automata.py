@@ -10,8 +10,8 @@ character 13 of a 300-character string) allow the same such tokens.
 
 :class:`SplitAutomata` recognises these positions in an Earley set (its kernel items are
 ``R_b -> R_a . label`` of one automaton, from one origin, plus the items just after the
-automaton's nonterminal) and measures how deep two states agree, label
-by label, for ``Matcher`` to reuse the mask of a recent position.
+automaton's nonterminal) and measures how deep two states agree, label by label, for
+``Matcher`` to reuse the mask of a recent position.
 """
 
 from __future__ import annotations
@@ -105,13 +105,13 @@ class SplitAutomata:
         return bool(self.item_state)
 
     def position(self, items, scans, here: int) -> tuple[int, int, int] | None:
-        """(automaton, state, the chart index where it was entered) of an Earley set (its kernel ``items`` as ``(item,
-        origin)`` pairs, its ``scans``, ``here`` its chart index), or None when anything
-        else could go on from it: a second automaton or origin, another item still waiting
-        for something, or a lexeme begun earlier that can still read a byte. (Items that
-        are complete and lexemes that began here, predicted by the kernel items, are
-        functions of the rest.) An item just before an automaton's nonterminal puts it
-        in its start state, entered here."""
+        """(automaton, state, the chart index where it was entered) of an Earley set:
+        its kernel ``items`` as ``(item, origin)`` pairs, its ``scans``, ``here`` its chart
+        index. None when anything else could go on from it: a second automaton or origin,
+        another item still waiting for something, or a lexeme begun earlier that can
+        still read a byte. (Items that are complete and lexemes that began here, predicted
+        by the kernel items, are functions of the rest.) An item just before an
+        automaton's nonterminal puts it in its start state, entered here."""
         tables = self.tables
         relevant, item_state, before_top = tables.relevant_item, self.item_state, self.before_top
         found = None
