@@ -78,10 +78,7 @@ class SplitAutomata:
             for a, out in per_state.items():
                 out.sort()
                 per_state[a] = tuple(out)
-        if not any(usable):
-            self.item_state = {}
-        else:
-            self.item_state = {i: xa for i, xa in self.item_state.items() if usable[xa[0]]}
+        self.item_state = {i: xa for i, xa in self.item_state.items() if usable[xa[0]]}
         #: per automaton, the kernel items just after its nonterminal (``v -> '"' R . '"'``):
         #: where the parse goes on once it accepts
         self.after_top: list[frozenset] = []
@@ -97,7 +94,6 @@ class SplitAutomata:
                 after_top[x].add(i + 1)
                 self.before_top[i] = x
         self.after_top = [frozenset(a) for a in after_top]
-        self._follow: dict[int, int] = {}
         self._agreement: dict = {}
         self._lock = threading.Lock()
 
@@ -180,10 +176,7 @@ class SplitAutomata:
     def follow_bytes(self, automaton: int) -> int:
         """The bytes that may come right after the automaton's text (a bitmask): a token
         with none of them cannot leave the automaton before its last byte."""
-        found = self._follow.get(automaton)
-        if found is None:
-            found = self._follow[automaton] = self.tables.follow_bytes_of(self.tops[automaton])
-        return found
+        return self.tables.follow_bytes_of(self.tops[automaton])
 
     def agreement(self, automaton: int, a1: int, a2: int, cap: int) -> int:
         """A depth ``d <= cap`` such that every string of at most ``d`` bytes reads alike

@@ -74,9 +74,7 @@ class CompiledGrammar:
         #: per lexeme: its DFA with an explicit sink state, and bool[256] of the bytes that
         #: may follow it (see ParserTables.follow_bytes); shared by classification and walks
         self.sink_tables = [d.sink_table() for d in self.tables.lex_dfas]
-        self.follow_masks = [np.unpackbits(np.frombuffer(f.to_bytes(32, "little"), dtype=np.uint8),
-                                           bitorder="little").astype(bool)
-                             for f in self.tables.follow_bytes]
+        self.follow_masks = [_byte_set(f) for f in self.tables.follow_bytes]
         #: the vocabulary classified per lexeme state, on first use
         self.classes = TokenClasses(self.tables, self.token_table, self.sink_tables, self.follow_masks)
         layout = grammar.ir.meta.get("json_layout")
@@ -211,9 +209,7 @@ class CompiledGrammar:
         found = self._automaton_exits.get(automaton)
         if found is None:
             tt = self.token_table
-            follow = self.split_automata.follow_bytes(automaton)
-            allowed = np.array([not (follow >> b) & 1 for b in range(256)])
-            leaves = ~tt.made_only_of(allowed)   # by rank
+            leaves = ~tt.made_only_of(~_byte_set(self.split_automata.follow_bytes(automaton)))   # by rank
             by_id = np.zeros(self.vocab_size, dtype=bool)
             by_id[tt.rank_to_id[leaves]] = True
             leaves.flags.writeable = False
@@ -233,6 +229,11 @@ class CompiledGrammar:
 
     def intern(self) -> Interner:
         return self._intern
+
+def _byte_set(bits: int) -> np.ndarray:
+    """A set of bytes given as an int (bit ``b`` for byte ``b``) as bool[256]."""
+    return np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little").astype(bool)
+
 
 def possible_tokens(matcher) -> np.ndarray | None:
     """:meth:`CompiledGrammar.possible_tokens` of the matcher's own compiled grammar (None

@@ -526,18 +526,26 @@ class Matcher:
         words = near & short_ids
         if not long.size:
             return words
-        long_ids, long_ranks = ~short_ids, ~short_ranks
+        return self._decide_rest(words, ~short_ids, ~short_ranks, classes, scans, best, limit)
+
+    def _decide_rest(self, words: np.ndarray, fresh_ids: np.ndarray, fresh_ranks: np.ndarray, classes: list,
+                     scans: dict, subset, limit: int | None) -> np.ndarray:
+        """``words`` (a neighbour's mask for the tokens it decides) with the ``fresh``
+        tokens (packed by id and by rank) decided here: those inside the current lexemes
+        by their classes, the exit tokens by the parser (``_exit_words``, with ``subset``
+        naming this candidate set in its cache)."""
+        tt = self._cg.token_table
         exits = None
         for lt in classes:
-            lt.or_inside(words, long_ids)
+            lt.or_inside(words, fresh_ids)
             if lt.n_exits:
                 if exits is None:
-                    exits = np.zeros(long_ranks.shape[0], dtype=np.uint32)
-                lt.or_exits(exits, long_ranks)
+                    exits = np.zeros(tt.n_rank_words, dtype=np.uint32)
+                lt.or_exits(exits, fresh_ranks)
         if exits is not None and exits.any():
             cands = bitmask.unknown_positions(exits, len(tt.sorted_bytes), tt.rank_to_id, words)
             if cands.size:
-                words |= self._exit_words(cands, scans, longer_than=best, limit=limit, known=words)
+                words |= self._exit_words(cands, scans, subset=subset, limit=limit, known=words)
         return words
 
     def _automaton_words(self, cur, scans: dict, classes: list, limit: int | None = None) -> np.ndarray:
@@ -603,20 +611,9 @@ class Matcher:
             fresh_ids, fresh_ranks = bitmask.pack(by_id), bitmask.pack(~reused)
             key = context + (depths.tobytes(),)
         words = near & ~fresh_ids
-        exits = None
-        for lt in classes:
-            lt.or_inside(words, fresh_ids)
-            if lt.n_exits:
-                if exits is None:
-                    exits = np.zeros(tt.n_rank_words, dtype=np.uint32)
-                lt.or_exits(exits, fresh_ranks)
         if self._tables.is_accepting(cur):
             bitmask.set_bits(words, cg.eos_ids)
-        if exits is not None and exits.any():
-            cands = bitmask.unknown_positions(exits, n_tokens, tt.rank_to_id, words)
-            if cands.size:
-                words |= self._exit_words(cands, scans, longer_than=key, limit=limit, known=words)
-        return words
+        return self._decide_rest(words, fresh_ids, fresh_ranks, classes, scans, key, limit)
 
     def _full_words(self, cur, scans: dict, classes: list, limit: int | None = None) -> np.ndarray:
         """The mask from the classes of the lexeme states of ``cur`` (in the order of
@@ -670,7 +667,7 @@ class Matcher:
             out[i] = cls.exits_after(k, q, tables.native.started_after(self._chart, k, list(origins)))
         return out
 
-    def _exit_words(self, cands: np.ndarray, scans: dict, longer_than: int | None = None,
+    def _exit_words(self, cands: np.ndarray, scans: dict, subset=None,
                     limit: int | None = None, known: np.ndarray | None = None) -> np.ndarray:
         """Packed mask of the exit tokens the parser accepts from here.
 
@@ -684,8 +681,10 @@ class Matcher:
         visit costs one walk (walking the horizons in turn cost more than it saved), and
         the deeper horizons are cached on later visits. A horizon at which ending any of
         the current lexemes already looks beyond it decides nothing and is skipped without
-        a walk. ``longer_than``: ``cands`` are only the exit tokens longer than that many
-        bytes (part of the cache key: an entry is for one candidate set).
+        a walk. ``subset``: when ``cands`` are only part of the exit tokens (those longer
+        than a neighbour's agreement depth, or those a split automaton's neighbour did not
+        decide), a hashable naming which part: it is in the cache key, since an entry is
+        for one candidate set.
 
         ``limit``: the walk's work limit; past it :class:`_WorkLimitReached` is raised with
         ``known`` (the tokens the caller decided allowed) and what the cached horizons
@@ -704,7 +703,7 @@ class Matcher:
         out = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
         exiting = None  # the scans with exit tokens, found on the first horizon missed
         for depth in _HORIZONS:
-            key = (depth, local.at(depth)) if longer_than is None else (depth, local.at(depth), longer_than)
+            key = (depth, local.at(depth)) if subset is None else (depth, local.at(depth), subset)
             entry = cg.cached_exits(key)
             if entry is None:
                 if exiting is None:
