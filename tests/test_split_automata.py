@@ -24,6 +24,8 @@ SCHEMAS = [
                                               "maxLength": 36}}, "required": ["a"]}, 400, '{"a": "'),
     ({"type": "array", "items": {"type": "string", "pattern": "^[a-c]{2}(?:[a-c ]*[a-c])?$", "minLength": 3,
                                  "maxLength": 30}, "maxItems": 3}, 40, '["ab'),
+    # non-ASCII letters (labels of several bytes) and a newline between words (a JSON escape)
+    ({"type": "string", "pattern": "^(?:[a-zäöü€]+[ \\n]){0,10}[a-zäöü€]+$", "maxLength": 30}, 100, '"'),
 ]
 
 
@@ -84,25 +86,21 @@ def _brute_oracle(grammar, vocab):
     return oracle
 
 
-@pytest.mark.parametrize("schema, max_states, prefix", SCHEMAS, ids=["words", "property", "items"])
+@pytest.mark.parametrize("schema, max_states, prefix", SCHEMAS, ids=["words", "property", "items", "letters"])
 @pytest.mark.parametrize("tname", ["gpt2", "llama2", "llama3"])
 def test_masks_inside_split_automata_equal_full_masks(schema, max_states, prefix, tname, monkeypatch):
     """Against the masks computed in full (exact against brute force, tests/test_masks.py)."""
     vocab = vocabulary(tname)
     grammar, cg = _compiled(schema, max_states, vocab)
-    reused = []
-    original = Matcher._automaton_neighbour_words
-
-    def spy(self, *args, **kwargs):
-        found = original(self, *args, **kwargs)
-        reused.append(found is not None)
-        return found
-
-    monkeypatch.setattr(Matcher, "_automaton_neighbour_words", spy)
+    compared, read = [], []
+    agreement, by_characters = SplitAutomata.agreement, SplitAutomata.read_by_characters
+    monkeypatch.setattr(SplitAutomata, "agreement", lambda *a: compared.append(1) or agreement(*a))
+    monkeypatch.setattr(SplitAutomata, "read_by_characters", lambda *a: read.append(1) or by_characters(*a))
     oracle = _full_oracle(_full(grammar, vocab, max_states))
     n = _walks(cg, oracle, vocab, random.Random(f"{tname}/{max_states}"), 6, 45, prefix)
     assert n >= 40
-    assert sum(reused) >= 5, "positions inside the automaton should reuse a neighbour's mask"
+    assert len(compared) >= 5, "positions inside the automaton should look for a neighbour's mask"
+    assert len(read) >= 5, "tokens inside the automaton should be read by characters"
 
 
 @pytest.mark.parametrize("tname", ["gpt2", "llama2"])
@@ -138,6 +136,41 @@ def test_wrong_first_byte_depths_give_wrong_masks(monkeypatch):
                         lambda self, x, a1, a2, cap: np.full(256, cap, dtype=np.int32))
     with pytest.raises(AssertionError):
         _walks(cg, oracle, vocab, random.Random("spoiled"), 6, 45, prefix)
+
+
+@pytest.mark.parametrize("tname", ["gpt2", "llama3"])
+def test_reading_every_token_by_characters_gives_wrong_masks(tname, monkeypatch):
+    """Saying every token is read inside the automaton shows (the masks above can fail on
+    what the walk by characters decides, multi-byte letters included)."""
+    vocab = vocabulary(tname)
+    schema, max_states, prefix = SCHEMAS[3]
+    grammar, cg = _compiled(schema, max_states, vocab)
+    oracle = _full_oracle(_full(grammar, vocab, max_states))
+    monkeypatch.setattr(SplitAutomata, "read_by_characters",
+                        lambda self, x, state, tt, ranks: np.ones(len(ranks), dtype=bool))
+    with pytest.raises(AssertionError):
+        _walks(cg, oracle, vocab, random.Random("spoiled"), 6, 45, prefix)
+
+
+def test_walk_by_characters_decides_whole_characters_only():
+    """What the walk by characters leaves to the parser: a JSON escape's backslash, a
+    UTF-8 character cut off by the token's end, a stray continuation byte; multi-byte
+    letters it decides. The set is the same at every state."""
+    from gramgen.automata.token_table import TokenTable
+
+    vocab = vocabulary("gpt2")
+    schema, max_states, _ = SCHEMAS[3]
+    _, cg = _compiled(schema, max_states, vocab)
+    automata = cg.split_automata
+    tokens = [b"ab", "äb".encode(), "€".encode(), "€".encode()[:2], b"\\n", b"a\\", b"\x80a", b"a b", b"A", b"a  b"]
+    tt = TokenTable(tokens)
+    _, decided = automata.by_characters(0, tt)
+    by_bytes = dict(zip(tt.sorted_bytes, decided.tolist()))
+    assert [by_bytes[t] for t in tokens] == [True, True, True, False, False, False, False, True, True, True]
+    start = automata.starts[0]
+    ranks = np.flatnonzero(decided)
+    read = dict(zip((tt.sorted_bytes[r] for r in ranks), automata.read_by_characters(0, start, tt, ranks).tolist()))
+    assert read == {b"ab": True, "äb".encode(): True, "€".encode(): True, b"a b": True, b"A": False, b"a  b": False}
 
 
 def _brute_agreement(edges: dict, accepting: frozenset, a1: int, a2: int, cap: int) -> int:

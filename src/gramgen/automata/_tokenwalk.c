@@ -1566,6 +1566,255 @@ done:
     return result;
 }
 
+/* The length of the UTF-8 character a lead byte starts (1 for ASCII), 0 for a byte that
+ * cannot start one. */
+static inline int
+utf8_len(uint8_t b)
+{
+    if (b < 0x80)
+        return 1;
+    if (b >= 0xC2 && b <= 0xDF)
+        return 2;
+    if (b >= 0xE0 && b <= 0xEF)
+        return 3;
+    if (b >= 0xF0 && b <= 0xF4)
+        return 4;
+    return 0;
+}
+
+static PyObject *
+label_walk(PyObject *self, PyObject *args)
+{
+    /* label_walk(edge_start, edge_label, edge_target, labels, label_start, final, state,
+     * ranks, blob, offsets, out): an automaton whose edges are labelled by small DFAs that
+     * each read one character (edge_start: int64 per state + 1, CSR over edge_label and
+     * edge_target, int32; labels: the labels' DFAs stacked, int32 rows of 256, absolute
+     * row numbers, -1 dead; label_start: int32, each label's start row; final: uint8 per
+     * row, 1 where a label has read a whole character: accepting, with no way on) run over
+     * each token from state, character by character. out[i]: 1 alive at the token's end,
+     * 0 dead on the way, 2 undecided: a byte that starts no character, a character cut
+     * off by the token's end, or one that a label of the state reads as the start of more
+     * (an escape). Raises ValueError where two labels of a state read one character. */
+    Py_buffer es_b, el_b, et_b, lab_b, ls_b, fin_b, out_b;
+    Tokens t;
+    int state;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*iy*y*y*w*", &es_b, &el_b, &et_b, &lab_b, &ls_b, &fin_b, &state,
+                          &t.ranks, &t.blob, &t.offsets, &out_b))
+        return NULL;
+    if (check_buffer(&es_b, 8, 2, "edge_start") || check_buffer(&el_b, 4, 0, "edge_label")
+        || check_buffer(&et_b, 4, 0, "edge_target") || el_b.len != et_b.len || check_buffer(&lab_b, 4, 256, "labels")
+        || lab_b.len % (256 * 4) != 0 || check_buffer(&ls_b, 4, 0, "label_start") || tokens_ok(&t)
+        || check_buffer(&out_b, 1, t.n, "out"))
+        goto done;
+    const int64_t n_states = es_b.len / 8 - 1, n_edges = el_b.len / 4, n_rows = lab_b.len / (256 * 4);
+    const int64_t n_labels = ls_b.len / 4;
+    const int64_t *es = (const int64_t *)es_b.buf;
+    const int32_t *el = (const int32_t *)el_b.buf, *et = (const int32_t *)et_b.buf;
+    const int32_t *lab = (const int32_t *)lab_b.buf, *ls = (const int32_t *)ls_b.buf;
+    const uint8_t *fin = (const uint8_t *)fin_b.buf;
+    int bad = state < 0 || state >= n_states || fin_b.len != n_rows || es[0] != 0 || es[n_states] != n_edges;
+    for (int64_t q = 0; q < n_states && !bad; q++)
+        bad = es[q] > es[q + 1];
+    for (int64_t e = 0; e < n_edges && !bad; e++)
+        bad = el[e] < 0 || el[e] >= n_labels || et[e] < 0 || et[e] >= n_states;
+    for (int64_t k = 0; k < n_labels && !bad; k++)
+        bad = ls[k] < 0 || ls[k] >= n_rows;
+    for (int64_t i = 0; i < n_rows * 256 && !bad; i++)
+        bad = lab[i] < -1 || lab[i] >= n_rows;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "label_walk: inconsistent automaton");
+        goto done;
+    }
+    const uint8_t *blob = (const uint8_t *)t.blob.buf;
+    const int64_t *ranks = (const int64_t *)t.ranks.buf, *offsets = (const int64_t *)t.offsets.buf;
+    uint8_t *out = (uint8_t *)out_b.buf;
+    int64_t longest = 0;
+    for (Py_ssize_t i = 0; i < t.n; i++)
+        if (offsets[ranks[i] + 1] - offsets[ranks[i]] > longest)
+            longest = offsets[ranks[i] + 1] - offsets[ranks[i]];
+    /* what the token before left, for the next one that shares its first bytes (tokens
+     * in byte order share long prefixes): the state at each character boundary it
+     * reached (at[p], boundary[p]), up to `reached`; and where its walk stopped for good,
+     * a character ending at fail_end (-1: none) with result fail_r */
+    int32_t *at = PyMem_Malloc((size_t)(longest + 1) * sizeof(int32_t));
+    uint8_t *boundary = PyMem_Calloc((size_t)(longest + 1), 1);
+    /* per label and ASCII byte: 0 it does not read it, 1 it reads it as a whole
+     * character, 2 as the start of more */
+    uint8_t *ascii = PyMem_Malloc((size_t)(n_labels * 128 + 1));
+    if (!at || !boundary || !ascii) {
+        PyMem_Free(at);
+        PyMem_Free(boundary);
+        PyMem_Free(ascii);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int64_t k = 0; k < n_labels; k++)
+        for (int b = 0; b < 128; b++) {
+            const int32_t row = lab[(int64_t)ls[k] * 256 + b];
+            ascii[k * 128 + b] = row < 0 ? 0 : fin[row] ? 1 : 2;
+        }
+    int overlap = 0;
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *prev = NULL;
+    int64_t prev_len = 0, reached = 0, fail_end = -1;
+    uint8_t fail_r = 0;
+    at[0] = state;
+    boundary[0] = 1;
+    for (Py_ssize_t i = 0; i < t.n && !overlap; i++) {
+        const uint8_t *tok = blob + offsets[ranks[i]];
+        const int64_t len = offsets[ranks[i] + 1] - offsets[ranks[i]];
+        int64_t common = 0;
+        if (prev) {
+            const int64_t m = len < prev_len ? len : prev_len;
+            while (common < m && tok[common] == prev[common])
+                common++;
+        }
+        prev = tok;
+        prev_len = len;
+        if (fail_end >= 0 && fail_end <= common) {
+            out[i] = fail_r;   /* it stops at the same character */
+            continue;
+        }
+        int64_t p = common < reached ? common : reached;
+        while (!boundary[p])
+            p--;
+        int32_t q = at[p];
+        uint8_t r = 1;
+        fail_end = -1;
+        while (p < len) {
+            const int n = utf8_len(tok[p]);
+            if (n == 0 || p + n > len) {
+                r = 2;
+                fail_end = n == 0 ? p + 1 : -1;   /* a cut-off character is this token's own */
+                break;
+            }
+            int32_t next = -1;
+            if (n == 1) {
+                const uint8_t b = tok[p];
+                for (int64_t e = es[q]; e < es[q + 1]; e++) {
+                    const uint8_t how = ascii[el[e] * 128 + b];
+                    if (how == 1) {
+                        if (next >= 0) {
+                            overlap = 1;
+                            break;
+                        }
+                        next = et[e];
+                    } else if (how == 2) {
+                        r = 2;
+                        break;
+                    }
+                }
+            } else
+            for (int64_t e = es[q]; e < es[q + 1]; e++) {
+                int32_t row = ls[el[e]];
+                for (int k = 0; k < n && row >= 0; k++)
+                    row = lab[(int64_t)row * 256 + tok[p + k]];
+                if (row < 0)
+                    continue;
+                if (!fin[row]) {
+                    r = 2;
+                    break;
+                }
+                if (next >= 0) {
+                    overlap = 1;
+                    break;
+                }
+                next = et[e];
+            }
+            if (overlap)
+                break;
+            if (r == 1 && next < 0)
+                r = 0;
+            if (r != 1) {
+                fail_end = p + n;
+                break;
+            }
+            for (int k = 1; k < n; k++)
+                boundary[p + k] = 0;
+            p += n;
+            q = next;
+            at[p] = q;
+            boundary[p] = 1;
+        }
+        reached = p;
+        fail_r = r;
+        out[i] = r;
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(at);
+    PyMem_Free(boundary);
+    PyMem_Free(ascii);
+    if (overlap)
+        PyErr_SetString(PyExc_ValueError, "label_walk: two labels of a state read one character");
+    else
+        result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&es_b);
+    PyBuffer_Release(&el_b);
+    PyBuffer_Release(&et_b);
+    PyBuffer_Release(&lab_b);
+    PyBuffer_Release(&ls_b);
+    PyBuffer_Release(&fin_b);
+    tokens_release(&t);
+    PyBuffer_Release(&out_b);
+    return result;
+}
+
+static PyObject *
+single_chain(PyObject *self, PyObject *args)
+{
+    /* single_chain(table, acc, state, max_len) -> (bytes, end): the string a DFA (int32
+     * rows of 256, its sink last) reads from state while each state on the way takes a
+     * single byte and does not accept, at most max_len bytes, and the state after it. */
+    Py_buffer table_b, acc_b;
+    int state;
+    Py_ssize_t max_len;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*in", &table_b, &acc_b, &state, &max_len))
+        return NULL;
+    const Py_ssize_t n_rows = table_b.len / (256 * 4);
+    if (check_buffer(&table_b, 4, 256, "table") || table_b.len % (256 * 4) != 0
+        || check_buffer(&acc_b, 1, n_rows, "acc"))
+        goto done;
+    if (state < 0 || state >= n_rows || max_len < 0 || max_len > 4096) {
+        PyErr_SetString(PyExc_ValueError, "state or max_len out of range");
+        goto done;
+    }
+    const int32_t *table = (const int32_t *)table_b.buf;
+    const uint8_t *acc = (const uint8_t *)acc_b.buf;
+    const int32_t sink = (int32_t)(n_rows - 1);
+    unsigned char buf[4096];
+    Py_ssize_t n = 0;
+    int32_t q = state;
+    while (n < max_len && q != sink && !acc[q]) {
+        const int32_t *row = table + (int64_t)q * 256;
+        int only = -1;
+        for (int b = 0; b < 256; b++)
+            if (row[b] != sink) {
+                if (only >= 0) {
+                    only = -2;
+                    break;
+                }
+                only = b;
+            }
+        if (only < 0)
+            break;
+        const int32_t nx = row[only];
+        if (nx < 0 || nx > sink) {
+            PyErr_SetString(PyExc_ValueError, "table holds a state out of range");
+            goto done;
+        }
+        buf[n++] = (unsigned char)only;
+        q = nx;
+    }
+    result = Py_BuildValue("(y#i)", (const char *)buf, n, (int)q);
+done:
+    PyBuffer_Release(&table_b);
+    PyBuffer_Release(&acc_b);
+    return result;
+}
+
 static PyObject *
 memo_size(PyObject *self, PyObject *args)
 {
@@ -1635,6 +1884,11 @@ static PyMethodDef methods[] = {
      "jump_plan(tables, accs, starts, ranks, depth, blob, offsets) -> ((position, before, byte, ranks), ...)"},
     {"lazy_walk", lazy_walk, METH_VARARGS,
      "lazy_walk(table, state, ranks, depth, blob, offsets, ok_out, stuck_out)"},
+    {"single_chain", single_chain, METH_VARARGS,
+     "single_chain(table, acc, state, max_len) -> (bytes, end): the string read through states of one byte each"},
+    {"label_walk", label_walk, METH_VARARGS,
+     "label_walk(edge_start, edge_label, edge_target, labels, label_start, final, state, ranks, blob, offsets,"
+     " out): 1 alive, 0 dead, 2 undecided"},
     {NULL, NULL, 0, NULL},
 };
 

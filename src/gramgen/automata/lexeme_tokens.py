@@ -19,6 +19,8 @@ through the DFA). The two give identical results; the tests compare them.
 
 from __future__ import annotations
 
+import bisect
+
 import os
 import threading
 
@@ -180,6 +182,61 @@ def classify_tokens(tt: TokenTable, table: np.ndarray, acc: np.ndarray, state: i
     if NATIVE:
         return classify_tokens_native(tt, table, acc, state, follow, memo)
     return classify_tokens_numpy(tt, table, acc, state, follow)
+
+
+def single_chain(table: np.ndarray, acc: np.ndarray, state: int, max_len: int) -> tuple[bytes, int]:
+    """The string a DFA (``ByteDFA.sink_table()``) reads from ``state`` while each state on
+    the way takes a single byte and does not accept, at most ``max_len`` bytes, and the
+    state after it (see :func:`chain_tokens`)."""
+    if _tokenwalk is not None:
+        return _tokenwalk.single_chain(table, _as_u8(acc), int(state), int(max_len))
+    sink = table.shape[0] - 1
+    rest = bytearray()
+    q = int(state)
+    while len(rest) < max_len and q != sink and not acc[q]:
+        alive = np.flatnonzero(table[q] != sink)
+        if alive.size != 1:
+            break
+        rest.append(int(alive[0]))
+        q = int(table[q, alive[0]])
+    return bytes(rest), q
+
+
+def chain_tokens(tt: TokenTable, rest: bytes, table: np.ndarray, acc: np.ndarray, end: int,
+                 follow: np.ndarray | None = None) -> LexemeTokens:
+    """:func:`classify_tokens` for a state from which the DFA reads one string ``rest``
+    (non-empty, accepting nowhere before its end) to state ``end``: the tokens inside are
+    the prefixes of ``rest`` and, of those that go beyond it, what the DFA decides from
+    ``end`` over their remaining bytes. The tokens that start with ``rest`` are found by
+    bisection in the byte-sorted tokens and only those are walked (a property name among
+    hundreds, first met together after an object's opening quote, costs a few
+    bisections, not a walk of every token that starts with its first letter)."""
+    if not rest:
+        raise ValueError("chain_tokens needs a non-empty string")
+    sorted_bytes = tt.sorted_bytes
+    prefixes = [r for n in range(1, min(len(rest), tt.max_len) + 1) for r in tt.ranks_of(rest[:n])]
+    inside = [tt.rank_to_id[prefixes]]
+    lo = bisect.bisect_left(sorted_bytes, rest)
+    hi = tt.prefix_end(rest, lo)
+    while lo < hi and len(sorted_bytes[lo]) == len(rest):
+        lo += 1
+    exits = np.zeros(0, dtype=np.int64)
+    if lo < hi:
+        longer = np.arange(lo, hi, dtype=np.int64)
+        follows = _ALL_BYTES if follow is None else follow
+        alive, may_end = run_suffixes(tt, table, acc, follows, end, longer, len(rest))
+        if acc[end]:
+            # the lexeme may end right after rest, before a byte that may follow it
+            may_end = may_end | follows[tt.columns[len(rest)][longer]]
+        inside.append(tt.rank_to_id[longer[alive]])
+        exits = longer[may_end & ~alive]
+    inside_a = np.sort(np.concatenate(inside)) if len(inside) > 1 else inside[0]
+    n_exits = exits.size
+    if inside_a.size > FEW_TOKENS:
+        inside_a = LexemeTokens._packed(inside_a, tt.n_words)
+    if exits.size > FEW_TOKENS:
+        exits = LexemeTokens._packed(exits, tt.n_rank_words)
+    return LexemeTokens.held(inside_a, exits, n_exits, tt.n_words, tt.n_rank_words)
 
 
 def chain_memo(table: np.ndarray) -> np.ndarray | None:

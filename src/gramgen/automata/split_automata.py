@@ -22,6 +22,7 @@ import numpy as np
 
 from ..grammar.split import SPLIT_AUTOMATA
 from .earley import ParserTables
+from . import lexeme_tokens
 
 __all__ = ["SplitAutomata"]
 
@@ -78,6 +79,8 @@ class SplitAutomata:
             for a, out in per_state.items():
                 out.sort()
                 per_state[a] = tuple(out)
+        #: per automaton, the states from which an accepting one can be reached
+        self.live: list[frozenset] = [self._coreachable(e, acc) for e, acc in zip(self.edges, self.accepting)]
         self.item_state = {i: xa for i, xa in self.item_state.items() if usable[xa[0]]}
         #: per automaton, the kernel items just after its nonterminal (``v -> '"' R . '"'``):
         #: where the parse goes on once it accepts
@@ -95,7 +98,23 @@ class SplitAutomata:
                 self.before_top[i] = x
         self.after_top = [frozenset(a) for a in after_top]
         self._agreement: dict = {}
+        self._by_chars: dict[tuple, tuple | None] = {}
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _coreachable(edges: dict, accepting: frozenset) -> frozenset:
+        into: dict[int, list[int]] = {}
+        for a, out in edges.items():
+            for _, b in out:
+                into.setdefault(b, []).append(a)
+        seen = set(accepting)
+        todo = list(accepting)
+        while todo:
+            for a in into.get(todo.pop(), ()):
+                if a not in seen:
+                    seen.add(a)
+                    todo.append(a)
+        return frozenset(seen)
 
     def __bool__(self) -> bool:
         return bool(self.item_state)
@@ -137,6 +156,81 @@ class SplitAutomata:
             if first_bytes[k][q] and any(o != here for o in origins):
                 return None
         return found
+
+    def by_characters(self, automaton: int, tt) -> tuple[tuple, np.ndarray] | None:
+        """The automaton in the form the native ``label_walk`` reads it, character by
+        character (each label's DFA stepped over one UTF-8 character at a time; edges into
+        states from which no accepting one can be reached left out), and bool per rank of
+        ``tt``: the tokens it decides at every state, those made of characters that each
+        label of the automaton either reads whole or not at all (not a JSON escape's
+        backslash, a cut-off or broken UTF-8 character). The same set at every state, as
+        the callers' caches need. None without the native kernel, or where two labels of
+        a state read one character. Made once per automaton and token table (at compile,
+        see ``CompiledGrammar``)."""
+        key = (automaton, id(tt))
+        if key not in self._by_chars:
+            found = self._make_by_characters(automaton, tt)
+            with self._lock:
+                self._by_chars[key] = found
+        return self._by_chars[key]
+
+    def _make_by_characters(self, automaton: int, tt) -> tuple[tuple, np.ndarray] | None:
+        walk = getattr(lexeme_tokens._tokenwalk, "label_walk", None)
+        if walk is None:
+            return None
+        tables = self.tables
+        N = tables.n_nonterminals
+        edges, live = self.edges[automaton], self.live[automaton]
+        n_states = max([*edges, *(b for out in edges.values() for _, b in out), self.starts[automaton]],
+                       default=0) + 1
+        labels: dict[int, int] = {}
+        counts = np.zeros(n_states + 2, dtype=np.int64)
+        label_of, target_of = [], []
+        for a in sorted(edges):
+            for label, b in edges[a]:
+                if b in live:
+                    label_of.append(labels.setdefault(label, len(labels)))
+                    target_of.append(b)
+                    counts[a + 1] += 1
+        # one more state, with every label leading back to it: where a token's walk gives
+        # 2 (undecided) at no state at all
+        everywhere = n_states
+        counts[everywhere + 1] = len(labels)
+        label_of.extend(range(len(labels)))
+        target_of.extend([everywhere] * len(labels))
+        edge_start = np.cumsum(counts)
+        rows, starts, final, base = [], [], [], 0
+        for label in labels:
+            dfa = tables.lex_dfas[label - N]
+            t = dfa.transitions.astype(np.int32)
+            rows.append(np.where(t >= 0, t + base, -1).astype(np.int32))
+            starts.append(base)
+            final.append(dfa.accepting & ~(t >= 0).any(axis=1))
+            base += t.shape[0]
+        form = (edge_start.astype(np.int64), np.array(label_of, dtype=np.int32), np.array(target_of, dtype=np.int32),
+                np.ascontiguousarray(np.concatenate(rows) if rows else np.full((1, 256), -1, dtype=np.int32)),
+                np.array(starts, dtype=np.int32),
+                np.concatenate(final).astype(np.uint8) if final else np.zeros(1, dtype=np.uint8))
+        ranks = np.arange(len(tt.sorted_bytes), dtype=np.int64)
+        out = np.empty(ranks.shape[0], dtype=np.uint8)
+        try:
+            walk(*form, everywhere, ranks, tt.blob, tt.offsets, out)
+        except ValueError:
+            return None
+        decided = out != 2
+        decided.flags.writeable = False
+        return form, decided
+
+    def read_by_characters(self, automaton: int, state: int, tt, ranks: np.ndarray) -> np.ndarray:
+        """Per token in ``ranks`` (each one ``by_characters`` decides), read inside the
+        automaton from ``state``: True when all its bytes can be read (for a token with no
+        byte that may follow the automaton: the parser takes it here), False when it dies
+        on the way."""
+        form, _ = self.by_characters(automaton, tt)
+        ranks = np.ascontiguousarray(ranks, dtype=np.int64)
+        out = np.empty(ranks.shape[0], dtype=np.uint8)
+        lexeme_tokens._tokenwalk.label_walk(*form, int(state), ranks, tt.blob, tt.offsets, out)
+        return out == 1
 
     def first_byte_depths(self, automaton: int, a1: int, a2: int, cap: int) -> np.ndarray:
         """Per first byte (int32[256]): a depth ``d`` such that every string of at most
@@ -221,3 +315,4 @@ class SplitAutomata:
                 return depth
             level = nxt
         return cap
+

@@ -22,8 +22,9 @@ from . import lexeme_tokens as _lexeme_tokens
 from .bitmask import set_bits
 from .dfa import canonical_form, probe_bytes
 from .earley import ParserTables
-from .lexeme_tokens import (LexemeTokens, chain_memo, classify_tokens, classify_tokens_excepted,
-                            classify_tokens_from, first_tokens, run_suffixes)
+from .lexeme_tokens import (LexemeTokens, chain_memo, chain_tokens, classify_tokens,
+                            classify_tokens_excepted, classify_tokens_from, first_tokens, run_suffixes,
+                            single_chain)
 from .lexer_automaton import LexerAutomaton
 from .token_table import TokenTable
 
@@ -123,6 +124,9 @@ class TokenClasses:
         other see :meth:`_classify_here`. A state whose first bytes start few tokens is
         walked in full at once."""
         table, acc = self.sink_tables[lexeme]
+        rest, end = self._chain(lexeme, state)
+        if rest:
+            return chain_tokens(self.token_table, rest, table, acc, end, self.follow_masks[lexeme])
         tt = self.token_table
         n_alive = first_tokens(tt, table, state)
         if n_alive * self.SPARSE_SHARE < len(tt.sorted_bytes):
@@ -145,6 +149,16 @@ class TokenClasses:
             # exits that hold in another grammar: those are not shared)
             tt.shared_classes.put(key, found)
         return found
+
+    #: the longest string a state's chain is followed for (see :meth:`_chain`)
+    CHAIN_BYTES = 64
+
+    def _chain(self, lexeme: int, state: int) -> tuple[bytes, int]:
+        """The string the lexeme's DFA reads from ``state`` while each state on the way
+        takes a single byte and does not accept (a property name up to its closing quote),
+        and the state after it."""
+        table, acc = self.sink_tables[lexeme]
+        return single_chain(table, acc, state, self.CHAIN_BYTES)
 
     def _shared_key(self, lexeme: int, state: int) -> bytes | None:
         """The key of a state's classes among those shared by the grammars of this

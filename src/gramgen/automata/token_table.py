@@ -83,6 +83,8 @@ class TokenTable:
         self._rests(blob, starts, lengths)
         self._made_of: dict[bytes, np.ndarray] = {}
         self._by_bytes: dict[bytes, int] | None = None
+        #: bytes -> the last rank holding them (tokens with equal bytes have adjacent ranks)
+        self._last_rank: dict[bytes, int] = dict(zip(self.sorted_bytes, range(len(self.sorted_bytes))))
         #: ``n_longer[d]``: how many tokens are longer than ``d`` bytes
         self.n_longer = (len(ids) - np.cumsum(np.bincount(lengths, minlength=self.max_len + 1))).astype(np.int64)
         self._longer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -228,6 +230,16 @@ class TokenTable:
             if token is not None:
                 return token, n
         return None
+
+    def ranks_of(self, data: bytes) -> range:
+        """The ranks of the tokens whose bytes are ``data`` (none, one, or a few equal ones)."""
+        last = self._last_rank.get(data)
+        if last is None:
+            return range(0)
+        first = last
+        while first and self.sorted_bytes[first - 1] == data:
+            first -= 1
+        return range(first, last + 1)
 
     def count_with_prefix(self, prefix: bytes) -> int:
         """How many tokens start with ``prefix``."""

@@ -555,11 +555,13 @@ class Matcher:
         ``d`` bytes, wherever that position was: a token that short which cannot leave
         the automaton before its last byte (none of its bytes may follow the automaton)
         reads the same labels to the same acceptance from both states, so it is allowed at
-        both or at neither. Only the tokens that may leave it (a closing quote) and the
-        longer ones are decided here. Where no recent state agrees deep enough as a whole
-        (after a space, the last ones after words), ``d`` is taken per first byte
-        (``SplitAutomata.first_byte_depths``); without any recent position, every token
-        is decided here."""
+        both or at neither. Where no recent state agrees deep enough as a whole (after a
+        space, the last ones after words), ``d`` is taken per first byte
+        (``SplitAutomata.first_byte_depths``). The tokens left (the longer ones, or every
+        token without a neighbour) that cannot leave the automaton are read by its walk
+        character by character (``SplitAutomata.read_by_characters``) where it decides
+        them; the parser walks the rest: the tokens that may leave it (a closing quote),
+        and those with an escape or a cut-off UTF-8 character."""
         cg = self._cg
         automata = cg.split_automata
         pos = automata.position(cur.items, scans, len(self._chart) - 1)
@@ -583,6 +585,7 @@ class Matcher:
         automata = cg.split_automata
         cap = cg.classes.agreement_cap
         n_tokens = len(tt.sorted_bytes)
+        by_chars = automata.by_characters(x, tt)
         neighbours = cg.inside_neighbours(context)
         best, near = -1, None
         for (prev,), words in neighbours:
@@ -591,10 +594,11 @@ class Matcher:
                 best, near = d, words
                 if d >= cap:
                     break
-        if near is None:
-            return None
         leave_ids, leave_ranks, leaves = cg.automaton_exit_tokens(x)
-        if tt.n_longer[min(best, tt.max_len)] <= cg.classes.NEIGHBOR_SHARE * n_tokens:
+        fresh_ids = None
+        if near is None:
+            pass
+        elif tt.n_longer[min(best, tt.max_len)] <= cg.classes.NEIGHBOR_SHARE * n_tokens:
             _, short_ids, short_ranks = tt.longer_than(best)
             # decided here: the longer tokens and those that may leave the automaton (EOS
             # and the tokens left out of the token table are not in short_ids either)
@@ -604,15 +608,34 @@ class Matcher:
             (prev,), near = neighbours[0]
             depths = automata.first_byte_depths(x, prev, state, cap)
             reused = (tt.lengths <= np.repeat(depths, np.diff(tt.first_start))) & ~leaves
-            if reused.sum() < self._BY_FIRST_BYTES_SHARE * n_tokens:
+            if reused.sum() >= self._BY_FIRST_BYTES_SHARE * n_tokens:
+                by_id = np.ones(cg.vocab_size, dtype=bool)
+                by_id[tt.rank_to_id[reused]] = False
+                fresh_ids, fresh_ranks = bitmask.pack(by_id), bitmask.pack(~reused)
+                key = context + (depths.tobytes(),)
+        if fresh_ids is None:
+            if by_chars is None:
                 return None
-            by_id = np.ones(cg.vocab_size, dtype=bool)
-            by_id[tt.rank_to_id[reused]] = False
-            fresh_ids, fresh_ranks = bitmask.pack(by_id), bitmask.pack(~reused)
-            key = context + (depths.tobytes(),)
+            # nothing to reuse: every token is decided here
+            near = np.zeros(bitmask.n_words(cg.vocab_size), dtype=np.uint32)
+            fresh_ids, fresh_ranks = ~near, np.full(tt.n_rank_words, 0xFFFFFFFF, dtype=np.uint32)
+            key = context + (-1,)
         words = near & ~fresh_ids
         if self._tables.is_accepting(cur):
             bitmask.set_bits(words, cg.eos_ids)
+        if by_chars is not None:
+            # the fresh tokens that cannot leave the automaton and that its walk by
+            # characters decides are read by it; the parser walks the rest (the same set
+            # at every state, as the key of its cache requires)
+            inside = np.flatnonzero(bitmask.unpack(fresh_ranks, n_tokens) & ~leaves & by_chars[1])
+            if inside.size:
+                bitmask.set_bits(words, inside[automata.read_by_characters(x, state, tt, inside)], tt.rank_to_id)
+                by_id = np.zeros(cg.vocab_size, dtype=bool)
+                by_id[tt.rank_to_id[inside]] = True
+                by_rank = np.zeros(n_tokens, dtype=bool)
+                by_rank[inside] = True
+                fresh_ids, fresh_ranks = fresh_ids & ~bitmask.pack(by_id), fresh_ranks & ~bitmask.pack(by_rank)
+                key = context + (key[-1], "by characters")
         return self._decide_rest(words, fresh_ids, fresh_ranks, classes, scans, key, limit)
 
     def _full_words(self, cur, scans: dict, classes: list, limit: int | None = None) -> np.ndarray:

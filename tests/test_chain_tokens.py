@@ -1,0 +1,98 @@
+"""States whose DFA reads one string before anything else (a property name up to its
+closing quote, an enum literal) are classified by bisection in the byte-sorted tokens
+(``lexeme_tokens.chain_tokens``) instead of a walk: the classes equal the walk's on every
+such state, with every tokenizer, and a wrong string shows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gramgen
+from conftest import TOKENIZER_NAMES, vocabulary
+from gramgen.automata import lexeme_tokens
+from gramgen.automata.lexeme_tokens import chain_tokens, classify_tokens, single_chain
+
+NAMES = ["no-unused-vars", "a", "eqeqeq", "the", "é-ü", "\u00ff\u00ff", "strict", "no-undef", "no-unused-expressions"]
+SCHEMAS = [
+    # keys each their own lexeme (with the bounded whitespace and colon after them)
+    {"type": "object", "properties": {k: {"enum": ["off", "warn", "error", 0, 1, 2, "the", "été"]} for k in NAMES}},
+    {"type": "object", "properties": {k: {"type": "string"} for k in NAMES}, "required": NAMES[:4]},
+    {"enum": ["red", "green", "blue", "the", "été", "\"quoted\""]},
+]
+
+
+def _chain_states(cg):
+    for k, (table, acc) in enumerate(cg.sink_tables):
+        for q in range(table.shape[0] - 1):
+            rest, end = cg.classes._chain(k, q)
+            if rest:
+                yield k, q, rest, end
+
+
+def _same(a, b) -> bool:
+    return bool((a.inside == b.inside).all() and (a.exits == b.exits).all() and a.n_exits == b.n_exits)
+
+
+@pytest.mark.parametrize("tname", TOKENIZER_NAMES)
+def test_chain_classes_equal_the_walk(tname):
+    vocab = vocabulary(tname)
+    n = 0
+    for schema in SCHEMAS:
+        for whitespace in ("flexible", "compact"):
+            cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace=whitespace), vocab)
+            tt = cg.token_table
+            for k, q, rest, end in _chain_states(cg):
+                table, acc = cg.sink_tables[k]
+                follow = cg.follow_masks[k]
+                assert _same(chain_tokens(tt, rest, table, acc, end, follow),
+                             classify_tokens(tt, table, acc, q, follow)), (schema, k, q, rest)
+                n += 1
+    assert n > 300
+
+
+def test_a_wrong_chain_gives_wrong_classes():
+    """The comparison above can fail: the string of the next state, or one byte short."""
+    vocab = vocabulary("llama3")
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(SCHEMAS[0], whitespace="flexible"), vocab)
+    tt = cg.token_table
+    wrong = 0
+    for k, q, rest, end in _chain_states(cg):
+        if len(rest) < 3:
+            continue
+        table, acc = cg.sink_tables[k]
+        right = classify_tokens(tt, table, acc, q, cg.follow_masks[k])
+        wrong += not _same(chain_tokens(tt, rest[1:], table, acc, end, cg.follow_masks[k]), right)
+        wrong += not _same(chain_tokens(tt, rest[:-1], table, acc, end, cg.follow_masks[k]), right)
+    assert wrong > 20
+
+
+def test_single_chain_without_the_native_kernel(monkeypatch):
+    """The numpy spelling reads the same strings as the C one."""
+    vocab = vocabulary("gpt2")
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(SCHEMAS[0], whitespace="flexible"), vocab)
+    native = [(k, q, single_chain(*cg.sink_tables[k], q, 64)) for k in range(len(cg.sink_tables))
+              for q in range(cg.sink_tables[k][0].shape[0] - 1)]
+    assert any(found[0] for _, _, found in native)
+    monkeypatch.setattr(lexeme_tokens, "_tokenwalk", None)
+    for k, q, found in native:
+        assert single_chain(*cg.sink_tables[k], q, 64) == found
+        assert single_chain(*cg.sink_tables[k], q, 2)[0] == found[0][:2]
+
+
+def test_masks_in_an_object_of_many_keys_equal_brute_force():
+    """End to end: an object of many optional keys, where the first mask after the
+    opening quote classifies every key's state at once."""
+    from reference import ReferenceGrammar, brute_force_mask
+
+    vocab = vocabulary("gpt2")
+    grammar = gramgen.Grammar.from_json_schema(SCHEMAS[0], whitespace="compact")
+    cg = gramgen.compile(grammar, vocab)
+    ref = ReferenceGrammar(grammar.ir)
+    for text in ['{"', '{"no-un', '{"no-unused-', '{"é-', '{"a":"warn","eqe']:
+        m = cg.matcher()
+        m.advance_text(text)
+        chart = ref.initial()
+        for b in text.encode():
+            chart = ref.feed(chart, b)
+        assert set(np.flatnonzero(m.mask()).tolist()) == brute_force_mask(ref, chart, vocab), text
