@@ -82,7 +82,6 @@ class TokenTable:
         self.lcp = lcp
         self._rests(blob, starts, lengths)
         self._made_of: dict[bytes, np.ndarray] = {}
-        self._by_bytes: dict[bytes, int] | None = None
         #: bytes -> the last rank holding them (tokens with equal bytes have adjacent ranks)
         self._last_rank: dict[bytes, int] = dict(zip(self.sorted_bytes, range(len(self.sorted_bytes))))
         #: ``n_longer[d]``: how many tokens are longer than ``d`` bytes
@@ -222,13 +221,11 @@ class TokenTable:
 
     def longest_prefix_token(self, data: bytes) -> tuple[int, int] | None:
         """(token id, length) of the longest token that is a prefix of ``data``."""
-        by_bytes = self._by_bytes
-        if by_bytes is None:
-            by_bytes = self._by_bytes = {b: int(i) for b, i in zip(self.sorted_bytes, self.rank_to_id)}
+        last_rank = self._last_rank
         for n in range(min(len(data), self.max_len), 0, -1):
-            token = by_bytes.get(data[:n])
-            if token is not None:
-                return token, n
+            rank = last_rank.get(data[:n])
+            if rank is not None:
+                return int(self.rank_to_id[rank]), n
         return None
 
     def ranks_of(self, data: bytes) -> range:
