@@ -261,8 +261,8 @@ def test_exit_classes_are_made_after_two_costly_walks():
 
 def test_exit_classes_are_not_made_where_foreseen_costly():
     """exits_after_pays after two costly walks: yes while the classes are foreseen cheap
-    (the first of a lexeme by its exit count, later ones by the reads per exit token its
-    first classes took), no past TokenClasses.EXIT_CLASS_WORK."""
+    (by the reads per exit token of the lexeme: measured on a sample before its first
+    classes, then those its first classes took), no past TokenClasses.EXIT_CLASS_WORK."""
     on, _, _ = _compiled_pair("c.lark", "gpt2")
     cls = on.classes
     k = next(k for k in range(len(on.tables.lex_dfas)) if not on.tables.is_ignore[k]
@@ -270,9 +270,12 @@ def test_exit_classes_are_not_made_where_foreseen_costly():
     n_exits = cls.lexeme_tokens(k, 0).n_exits
     cls.EXITS_BY_STARTS_MIN = 1
     cls._exit_visits[(k, 0)] = (cls.EXIT_WALKS_SEEN, 10 * n_exits)
+    assert k not in cls._exit_reads
     assert cls.exits_after_pays(k, 0)
-    cls.EXIT_CLASS_FIRST = n_exits - 1
+    assert cls._exit_reads[k] > 0   # measured on a sample
+    cls.EXIT_CLASS_WORK = n_exits * (cls.EXIT_CLASS_TOKEN_UNITS + cls._exit_reads[k]) - 1
     assert not cls.exits_after_pays(k, 0)
+    del cls.EXIT_CLASS_WORK
     cls._exit_reads[k] = cls.EXIT_CLASS_WORK / n_exits - cls.EXIT_CLASS_TOKEN_UNITS   # just within
     assert cls.exits_after_pays(k, 0)
     cls._exit_reads[k] += 1
@@ -281,3 +284,18 @@ def test_exit_classes_are_not_made_where_foreseen_costly():
     fresh = gramgen.compile(on.grammar, on.vocab).classes
     fresh._exit_classes(k, 0)
     assert fresh._exit_reads[k] > 0
+
+
+def test_sampled_reads_per_exit_are_near_the_classes():
+    """The sample's reads per exit token stand for the whole state's: within a quarter of
+    what the classes of all its exit tokens count (a long string's block end, Llama 3)."""
+    grammar = gramgen.Grammar.from_json_schema({"type": "object", "properties": {
+        "a": {"type": "string", "maxLength": 2000}, "b": {"type": "integer"}}})
+    vocab = vocabulary("llama3")
+    sampled, full = gramgen.compile(grammar, vocab).classes, gramgen.compile(grammar, vocab).classes
+    k = next(i for i, n in enumerate(sampled.tables.lexeme_names) if n.startswith("BLOCK"))
+    q = max(range(sampled.tables.lex_dfas[k].n_states), key=lambda q: sampled.lexeme_tokens(k, q).n_exits)
+    assert sampled.lexeme_tokens(k, q).n_exits > 4 * sampled.EXIT_READS_SAMPLE
+    guess = sampled._sample_reads(k, q)
+    full._exit_classes(k, q)
+    assert abs(guess - full._exit_reads[k]) <= 0.25 * full._exit_reads[k], (guess, full._exit_reads[k])

@@ -317,9 +317,11 @@ class TokenClasses:
     #: 49,000 exit tokens (8.6 reads each), 2.2 ms
     EXIT_CLASS_WORK = 2_000_000
     EXIT_CLASS_TOKEN_UNITS = 12
-    #: ... and for the first classes of a lexeme (reads not known yet): at most this many
-    #: exit tokens
-    EXIT_CLASS_FIRST = 65_536
+    #: before the first classes of a lexeme, its reads per exit token are measured on this
+    #: many of the state's exit tokens, spread over them (~0.1 ms): a long string's block
+    #: end whose 57,000 exit tokens take 42 reads each is refused (its classes took 5.5 ms,
+    #: 9-10 ms in a slow hour), one with 14 reads each is not
+    EXIT_READS_SAMPLE = 1024
 
     def decides_exits(self) -> bool:
         """Whether :meth:`exits_after` is used (the native tables are built)."""
@@ -339,13 +341,24 @@ class TokenClasses:
         n_exits = self.lexeme_tokens(lexeme, state).n_exits
         if not count or n_exits < self.EXITS_BY_STARTS_MIN:
             return False
-        per_exit = self._exit_reads.get(lexeme)
-        if (n_exits > self.EXIT_CLASS_FIRST if per_exit is None
-                else n_exits * (self.EXIT_CLASS_TOKEN_UNITS + per_exit) > self.EXIT_CLASS_WORK):
-            return False
         with self._lock:
             walks, work = self._exit_visits.setdefault((lexeme, state), (0, 0))
-        return walks >= self.EXIT_WALKS_SEEN and work * self.EXIT_WALK_SHARE >= n_exits
+        if walks < self.EXIT_WALKS_SEEN or work * self.EXIT_WALK_SHARE < n_exits:
+            return False
+        per_exit = self._exit_reads.get(lexeme)
+        if per_exit is None:
+            per_exit = self._sample_reads(lexeme, state)
+        return n_exits * (self.EXIT_CLASS_TOKEN_UNITS + per_exit) <= self.EXIT_CLASS_WORK
+
+    def _sample_reads(self, lexeme: int, state: int) -> float:
+        """The reads per exit token of a lexeme, measured on :attr:`EXIT_READS_SAMPLE` of
+        this state's exit tokens, spread over them (kept as the lexeme's, as the first
+        classes' would be)."""
+        ranks = self.lexeme_tokens(lexeme, state).exit_ranks()
+        sample = ranks[:: max(1, len(ranks) // self.EXIT_READS_SAMPLE)]
+        _, _, reads = self._native_exit_classes(lexeme, state, sample, True)
+        with self._lock:
+            return self._exit_reads.setdefault(lexeme, reads / max(1, len(sample)))
 
     def note_exit_walk(self, scans, work: int) -> None:
         """After a mask's walk: ``work``, that walk's units of work, for each of these
@@ -428,15 +441,11 @@ class TokenClasses:
         key = (lexeme, state) if within else (lexeme, state, "all")
         found = self._exit_classes_of.get(key)
         if found is None:
-            native = self.tables.native
-            if native is None:
-                raise RuntimeError("gramgen's native recogniser (gramgen.automata._earley) is not built")
             tt = self.token_table
             lt = self.lexeme_tokens(lexeme, state)
             ranks = lt.exit_ranks()
             lex_words = (len(self.tables.lex_dfas) + 63) // 64   # uint64 words of a set of lexemes
-            args = (self.tables.follow_lexemes[lexeme].to_bytes(8 * lex_words, "little"),) if within else ()
-            class_of, bits, reads = native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets, *args)
+            class_of, bits, reads = self._native_exit_classes(lexeme, state, ranks, within)
             if len(ranks):
                 with self._lock:
                     self._exit_reads.setdefault(lexeme, reads / len(ranks))
@@ -459,6 +468,16 @@ class TokenClasses:
             with self._lock:
                 self._exit_classes_of[key] = found
         return found
+
+    def _native_exit_classes(self, lexeme: int, state: int, ranks: np.ndarray, within: bool):
+        """``Tables.exit_classes`` of these exit tokens (see :meth:`_exit_classes`)."""
+        native = self.tables.native
+        if native is None:
+            raise RuntimeError("gramgen's native recogniser (gramgen.automata._earley) is not built")
+        tt = self.token_table
+        lex_words = (len(self.tables.lex_dfas) + 63) // 64   # uint64 words of a set of lexemes
+        args = (self.tables.follow_lexemes[lexeme].to_bytes(8 * lex_words, "little"),) if within else ()
+        return native.exit_classes(lexeme, state, ranks, tt.blob, tt.offsets, *args)
 
     def _drop_hopeless_exits(self, found: LexemeTokens, lexeme: int, state: int) -> LexemeTokens:
         """Exit tokens whose rest cannot be cut into lexemes that may follow one another
