@@ -20,7 +20,6 @@ through the DFA). The two give identical results; the tests compare them.
 from __future__ import annotations
 
 import bisect
-
 import os
 import threading
 

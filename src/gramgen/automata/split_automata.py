@@ -21,8 +21,8 @@ import threading
 import numpy as np
 
 from ..grammar.split import SPLIT_AUTOMATA
-from .earley import ParserTables
 from . import lexeme_tokens
+from .earley import ParserTables
 
 __all__ = ["SplitAutomata"]
 
@@ -98,7 +98,8 @@ class SplitAutomata:
                 self.before_top[i] = x
         self.after_top = [frozenset(a) for a in after_top]
         self._agreement: dict = {}
-        self._by_chars: dict[tuple, tuple | None] = {}
+        #: per automaton, (the token table, :meth:`by_characters` for it)
+        self._by_chars: dict[int, tuple] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -165,14 +166,15 @@ class SplitAutomata:
         label of the automaton either reads whole or not at all (not a JSON escape's
         backslash, a cut-off or broken UTF-8 character). The same set at every state, as
         the callers' caches need. None without the native kernel, or where two labels of
-        a state read one character. Made once per automaton and token table (at compile,
-        see ``CompiledGrammar``)."""
-        key = (automaton, id(tt))
-        if key not in self._by_chars:
-            found = self._make_by_characters(automaton, tt)
+        a state read one character. Made once per automaton for the compiled grammar's
+        token table (at compile, see ``CompiledGrammar``); another table (a test's) replaces
+        it."""
+        entry = self._by_chars.get(automaton)
+        if entry is None or entry[0] is not tt:
+            entry = (tt, self._make_by_characters(automaton, tt))
             with self._lock:
-                self._by_chars[key] = found
-        return self._by_chars[key]
+                self._by_chars[automaton] = entry
+        return entry[1]
 
     def _make_by_characters(self, automaton: int, tt) -> tuple[tuple, np.ndarray] | None:
         walk = getattr(lexeme_tokens._tokenwalk, "label_walk", None)
@@ -315,4 +317,3 @@ class SplitAutomata:
                 return depth
             level = nxt
         return cap
-

@@ -233,6 +233,7 @@ class CompiledGrammar:
     def intern(self) -> Interner:
         return self._intern
 
+
 def _byte_set(bits: int) -> np.ndarray:
     """A set of bytes given as an int (bit ``b`` for byte ``b``) as bool[256]."""
     return np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little").astype(bool)

@@ -595,16 +595,14 @@ class Matcher:
                 if d >= cap:
                     break
         leave_ids, leave_ranks, leaves = cg.automaton_exit_tokens(x)
-        fresh_ids = None
-        if near is None:
-            pass
-        elif tt.n_longer[min(best, tt.max_len)] <= cg.classes.NEIGHBOR_SHARE * n_tokens:
+        fresh_ids = None   # (the tokens decided here, packed by id and by rank; None: all)
+        if near is not None and tt.n_longer[min(best, tt.max_len)] <= cg.classes.NEIGHBOR_SHARE * n_tokens:
             _, short_ids, short_ranks = tt.longer_than(best)
             # decided here: the longer tokens and those that may leave the automaton (EOS
             # and the tokens left out of the token table are not in short_ids either)
             fresh_ids, fresh_ranks = ~short_ids | leave_ids, ~short_ranks | leave_ranks
             key = context + (best,)
-        else:
+        elif near is not None:
             (prev,), near = neighbours[0]
             depths = automata.first_byte_depths(x, prev, state, cap)
             reused = (tt.lengths <= np.repeat(depths, np.diff(tt.first_start))) & ~leaves
