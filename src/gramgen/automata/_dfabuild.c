@@ -1803,6 +1803,85 @@ frozen_key(PyObject *self, PyObject *args)
     return out;
 }
 
+/* untrack(roots, types) -> how many objects it took out of the cyclic collector's lists:
+ * every object reachable from the items of the list roots through exact tuples and
+ * instances of exactly one of the classes in the tuple types (immutable regex trees and
+ * rules: they cannot form a reference cycle, so refcounting alone frees them, and a full
+ * collection need not walk them). Other objects are neither untracked nor entered; what an
+ * untracked object holds stays alive through its reference, as for any untracked holder. */
+typedef struct {
+    PyObject **items;
+    Py_ssize_t n, cap;
+    PyObject *types;
+    int failed;
+} untrack_stack;
+
+static int
+untrack_push(untrack_stack *st, PyObject *o)
+{
+    if (!PyObject_IS_GC(o) || !PyObject_GC_IsTracked(o))
+        return 0;
+    if (!PyTuple_CheckExact(o)) {
+        Py_ssize_t k, nt = PyTuple_GET_SIZE(st->types);
+        for (k = 0; k < nt; k++)
+            if ((PyObject *)Py_TYPE(o) == PyTuple_GET_ITEM(st->types, k))
+                break;
+        if (k == nt)
+            return 0;
+    }
+    if (st->n == st->cap) {
+        Py_ssize_t cap = st->cap ? 2 * st->cap : 256;
+        PyObject **items = PyMem_Realloc(st->items, (size_t)cap * sizeof(PyObject *));
+        if (!items) {
+            st->failed = 1;
+            return -1;
+        }
+        st->items = items;
+        st->cap = cap;
+    }
+    /* untracked when pushed: an object met again (a shared subtree) is not pushed twice */
+    PyObject_GC_UnTrack(o);
+    st->items[st->n++] = o;
+    return 0;
+}
+
+static int
+untrack_visit(PyObject *o, void *arg)
+{
+    return untrack_push((untrack_stack *)arg, o);
+}
+
+static PyObject *
+untrack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *roots, *types;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &roots, &PyTuple_Type, &types))
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(types); k++)
+        if (!PyType_Check(PyTuple_GET_ITEM(types, k))) {
+            PyErr_SetString(PyExc_TypeError, "untrack: types must be a tuple of classes");
+            return NULL;
+        }
+    untrack_stack st = {NULL, 0, 0, types, 0};
+    Py_ssize_t done = 0;
+    /* (no Python code runs below: the roots keep every pushed object alive) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(roots) && !st.failed; i++) {
+        untrack_push(&st, PyList_GET_ITEM(roots, i));
+        while (st.n > 0 && !st.failed) {
+            PyObject *o = st.items[--st.n];
+            done++;
+            traverseproc traverse = Py_TYPE(o)->tp_traverse;
+            if (traverse)
+                traverse(o, untrack_visit, &st);
+        }
+    }
+    PyMem_Free(st.items);
+    if (st.failed)
+        return PyErr_NoMemory();
+    return PyLong_FromSsize_t(done);
+}
+
 static PyMethodDef methods[] = {
     {"frozen_key", frozen_key, METH_VARARGS,
      "frozen_key(rx, memo, base) -> gramgen.grammar.ir.frozen_key(rx, memo) (an equal tuple), in C;"
@@ -1819,6 +1898,10 @@ static PyMethodDef methods[] = {
      " program code (array('i')) as gramgen.automata.dfa._Program.node encodes it; by_id (id -> offset)"
      " and leaves (class -> offset) are the encoded nodes, leaf(rx) the words of a class, types the node"
      " classes (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton). RecursionError when nested too deeply."},
+    {"untrack", untrack, METH_VARARGS,
+     "untrack(roots, types) -> n: every object reachable from the items of the list roots through"
+     " exact tuples and instances of exactly one of the classes in types, taken out of the cyclic"
+     " garbage collector's lists (for immutable trees, which cannot form cycles); n of them."},
     {"compile_program", compile_program, METH_VARARGS,
      "compile_program(program, root, nfa_budget, max_states, work_budget) -> (status, transitions,"
      " sink_transitions, accepting, n): the minimal trimmed DFA, numbered breadth-first, as bytes:"

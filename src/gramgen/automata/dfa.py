@@ -25,8 +25,8 @@ import numpy as np
 
 from .._lru import SizedLRU, cleared_with_all
 from ..errors import CompileLimitError, GrammarError
-from ..grammar.ir import (Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Seq, frozen_key,
-                          normalize_ranges)
+from ..grammar.ir import (Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule, Seq,
+                          frozen_key, normalize_ranges)
 from ..grammar.split import split_lexemes
 from .utf8 import EXIT, utf8_automaton
 
@@ -45,6 +45,29 @@ def regex_key(rx: Regex, memo: dict | None = None) -> tuple:
     if NATIVE:
         return _dfabuild.frozen_key(rx, memo, Regex)
     return frozen_key(rx, memo)
+
+
+#: the classes of a grammar's immutable trees: regex nodes and rules
+_TREE_TYPES = (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton, Rule)
+
+
+def untrack_trees(*irs: GrammarIR) -> int:
+    """Take the rules and lexeme regexes of ``irs`` (and the tuples and nodes inside them)
+    out of the cyclic garbage collector's lists, in C; how many objects that was (0
+    without the native builder).
+
+    A compiled grammar keeps its grammar: for a large JSON Schema, tens of thousands of
+    nodes, which every full collection walked, inside whichever mask it fell in (11-16 ms
+    for one of 33,000 objects). The trees are immutable and built bottom-up, so they cannot
+    form a reference cycle: refcounting alone frees them, as it does every untracked
+    object (what they hold stays alive through their references)."""
+    if _dfabuild is None:
+        return 0
+    roots: list = []
+    for ir in irs:
+        roots.extend(ir.rules)
+        roots.extend(ir.lexemes.values())
+    return _dfabuild.untrack(roots, _TREE_TYPES)
 
 
 NFA_STATES_PER_DFA_STATE = 20

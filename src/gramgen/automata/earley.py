@@ -186,6 +186,9 @@ class ParserTables:
             self.item_next.append(END)
             self.item_lhs.append(nt_index[lhs])
             self.item_rule.append(r)
+        # (tuples of ints, which the cyclic collector stops tracking: a compiled grammar
+        # keeps as few tracked objects as it can, each one is walked by every full collection)
+        self.rules_of = [tuple(firsts) for firsts in self.rules_of]
         self.accept_item = self.rule_first[0] + 1
         # positions inside a lexeme split into rules (see grammar.split): no ignored lexeme
         # starts there, and none resumes a parse there
@@ -207,7 +210,7 @@ class ParserTables:
         self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
 
         self.lex_rows = [d.rows for d in lex_dfas]
-        self.lex_accept = [d.accepting.tolist() for d in lex_dfas]
+        self.lex_accept = [tuple(d.accepting.tolist()) for d in lex_dfas]
         self.lex_dfas = lex_dfas
         lex_nullable = [d.nullable for d in lex_dfas]
         self.nullable = self._nullable(N, lex_nullable)

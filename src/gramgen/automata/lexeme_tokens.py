@@ -33,6 +33,20 @@ try:
 except ImportError:  # not built (no C compiler at install, or a source checkout)
     _tokenwalk = None
 
+try:
+    from ._dfabuild import untrack as _untrack_native
+except ImportError:
+    _untrack_native = None
+
+
+def _untrack(lt: "LexemeTokens") -> None:
+    """A :class:`LexemeTokens` holds arrays and ints only, so it cannot be in a reference
+    cycle: taken out of the cyclic collector's lists, which a compiled grammar's thousands
+    of classified states would otherwise lengthen for every full collection."""
+    if _untrack_native is not None:
+        _untrack_native([lt], (LexemeTokens,))
+
+
 #: whether :func:`classify_tokens` uses the native kernel; ``GRAMGEN_NATIVE=0`` turns it off
 NATIVE = _tokenwalk is not None and os.environ.get("GRAMGEN_NATIVE", "1") != "0"
 
@@ -55,6 +69,7 @@ class LexemeTokens:
         """Both sets packed."""
         self._inside, self._exits, self.n_exits = inside, exits, int(n_exits)
         self._n_words, self._n_rank_words = inside.shape[0], exits.shape[0]
+        _untrack(self)
 
     @classmethod
     def held(cls, inside, exits, n_exits: int, n_words: int, n_rank_words: int) -> "LexemeTokens":
@@ -62,6 +77,7 @@ class LexemeTokens:
         lt = cls.__new__(cls)
         lt._inside, lt._exits, lt.n_exits = inside, exits, int(n_exits)
         lt._n_words, lt._n_rank_words = n_words, n_rank_words
+        _untrack(lt)
         return lt
 
     @staticmethod

@@ -11,7 +11,7 @@ import numpy as np
 from .._lru import LRU
 from ..automata import bitmask
 from ..automata.alphabet import TokenFilter, language_bytes
-from ..automata.dfa import compile_lexemes
+from ..automata.dfa import compile_lexemes, untrack_trees
 from ..automata.earley import Interner, ParserTables
 from ..automata.lexeme_tokens import LexemeTokens
 from ..automata.split_automata import SplitAutomata
@@ -60,6 +60,7 @@ class CompiledGrammar:
         #: rewritten as rules over smaller ones (see :func:`~gramgen.automata.dfa.compile_lexemes`)
         self.ir, dfas = compile_lexemes(grammar.ir, max_states=options.max_dfa_states)
         self.tables = ParserTables(self.ir, dfas)
+        untrack_trees(grammar.ir, self.ir)
         #: the automata of lexemes split into rules, where masks reuse a neighbour's (None
         #: without any; see ``Matcher._automaton_words``)
         self.split_automata = (SplitAutomata(self.tables, self.ir.meta) or None) if SPLIT_AUTOMATA in self.ir.meta else None
