@@ -96,3 +96,19 @@ def test_masks_in_an_object_of_many_keys_equal_brute_force():
         for b in text.encode():
             chart = ref.feed(chart, b)
         assert set(np.flatnonzero(m.mask()).tolist()) == brute_force_mask(ref, chart, vocab), text
+
+
+@pytest.mark.parametrize("tname", TOKENIZER_NAMES)
+def test_prefix_ranks_are_the_ranks_of_every_prefix(tname):
+    """``TokenTable.prefix_ranks`` (one loop over a string's prefixes) gives what
+    ``ranks_of`` gives for each prefix, tokens of equal bytes included."""
+    from gramgen.automata.token_table import token_table_for
+
+    tt = token_table_for(vocabulary(tname))
+    rng = np.random.default_rng(7)
+    picks = [tt.sorted_bytes[int(r)] for r in rng.integers(0, len(tt.sorted_bytes), 300)]
+    data = [p + q for p, q in zip(picks, reversed(picks))] + [n.encode() + b'"' for n in NAMES] + [b"", b"\xff" * 70]
+    for d in data:
+        want = [r for n in range(1, min(len(d), tt.max_len) + 1) for r in tt.ranks_of(d[:n])]
+        assert sorted(tt.prefix_ranks(d)) == sorted(want), d
+    assert all(tt.prefix_ranks(p) for p in picks if p)   # each token is a prefix of itself

@@ -229,7 +229,7 @@ def chain_tokens(tt: TokenTable, rest: bytes, table: np.ndarray, acc: np.ndarray
     if not rest:
         raise ValueError("chain_tokens needs a non-empty string")
     sorted_bytes = tt.sorted_bytes
-    prefixes = [r for n in range(1, min(len(rest), tt.max_len) + 1) for r in tt.ranks_of(rest[:n])]
+    prefixes = tt.prefix_ranks(rest)
     inside = [tt.rank_to_id[prefixes]]
     lo = bisect.bisect_left(sorted_bytes, rest)
     hi = tt.prefix_end(rest, lo)

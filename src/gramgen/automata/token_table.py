@@ -239,6 +239,22 @@ class TokenTable:
             first -= 1
         return range(first, last + 1)
 
+    def prefix_ranks(self, data: bytes) -> list[int]:
+        """The ranks of the tokens whose bytes are a prefix of ``data`` (what
+        :meth:`ranks_of` gives for each prefix, in one loop: a key chain's classes ask it
+        for every prefix of a string up to 64 bytes)."""
+        get, sorted_bytes = self._last_rank.get, self.sorted_bytes
+        out: list[int] = []
+        for n in range(1, min(len(data), self.max_len) + 1):
+            last = get(data[:n])
+            if last is not None:
+                out.append(last)
+                first = last
+                while first and sorted_bytes[first - 1] == sorted_bytes[last]:
+                    first -= 1
+                    out.append(first)
+        return out
+
     def count_with_prefix(self, prefix: bytes) -> int:
         """How many tokens start with ``prefix``."""
         lo = bisect.bisect_left(self.sorted_bytes, prefix)
