@@ -25,7 +25,7 @@ from marshal import dumps as _dumps
 import numpy as np
 
 from ..errors import GrammarError
-from ..grammar.ir import GrammarIR, productive_symbols
+from ..grammar.ir import COUNTED_CHAINS, GrammarIR, productive_symbols
 from ..grammar.split import glued_items
 
 try:
@@ -143,9 +143,12 @@ class ParserTables:
     Items: ``rule_first[r] + dot``; ``item_next[i]`` is the symbol after the dot or END.
     """
 
-    def __init__(self, ir: GrammarIR, dfas: dict, native: bool | None = None):
+    def __init__(self, ir: GrammarIR, dfas: dict, native: bool | None = None, window: int = 0):
         """``native``: step with the C recogniser (default :data:`NATIVE`); its sets have
-        the same attributes as :class:`EarleySet`."""
+        the same attributes as :class:`EarleySet`. ``window``: the most bytes one step of
+        the callers reads ahead (the longest token): signatures then only tell sets apart
+        as far as that (links of counted chains alike within it share a class, see
+        :func:`chain_aliases`); 0 keeps every nonterminal apart."""
         lexeme_names = list(ir.lexemes)
         # ignored lexemes get their own ids: the same DFA, but completing one resumes the
         # parse instead of advancing an item
@@ -197,13 +200,17 @@ class ParserTables:
         # items with the same left-hand side and the same symbols left to match have the same
         # future from the same origin (``S -> "," . v`` and ``S -> S "," . v``): signatures
         # name items by this class, so contexts that differ only there share their caches
+        # Nonterminals are named by their alias: links of a counted chain whose rules agree
+        # as far as ``window`` bytes can reach (see chain_aliases).
+        alias = chain_aliases(ir, rules, nt_index, dfas, window)
         classes: dict = {}
         self.item_class: list[int] = []
         for i, nxt in enumerate(self.item_next):
             end = i
             while self.item_next[end] != END:
                 end += 1
-            key = ((self.item_lhs[i], tuple(self.item_next[i:end]), self.glued[i])
+            key = ((alias[self.item_lhs[i]], tuple(alias[s] if 0 <= s < N else s for s in self.item_next[i:end]),
+                    self.glued[i])
                    if i != self.accept_item else "accept")
             self.item_class.append(classes.setdefault(key, len(classes)))
         # what a set's future depends on: items still waiting for something, and acceptance
@@ -496,11 +503,13 @@ class ParserTables:
         return (self.accept_item, 0) in s.items
 
     def signature(self, chart: list, j: int, intern: Interner) -> int:
-        """A number equal for two sets iff their futures are identical.
+        """A number equal for two sets iff their futures are identical (with a ``window``:
+        identical over the next ``window`` bytes, all a mask reads).
 
         The future of a set depends on its kernel items (those not predicted here), its
         scans, and, through origins, on the sets those refer to; origins are replaced by
-        their own signatures, so equal signatures mean isomorphic charts.
+        their own signatures, so equal signatures mean isomorphic charts (up to the links
+        of counted chains that :func:`chain_aliases` names alike).
         """
         if self.native is not None:
             return intern(self.native.signature_of(chart[j], j, chart))
@@ -589,6 +598,94 @@ def tracked_view(chart: list, j: int, depth: int) -> tuple[list, HorizonReads]:
             view[idx] = _Far(chart[idx], reads)
             reads.wrapped.append((idx, view[idx], chart[idx]))
     return view, reads
+
+
+def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: dict, window: int) -> list[int]:
+    """Per nonterminal (by index), the index of the one signatures name it by: itself, or
+    for a link of a chain of ``ir.meta[COUNTED_CHAINS]``, the first link whose rules agree
+    with its own as far as ``window`` bytes can reach.
+
+    Every rule of a link ``s_q`` is checked to be lexemes only, or lexemes followed by
+    ``s_{q+1}`` (no other link anywhere in it); otherwise the link keeps its own name.
+    Each lexeme before ``s_{q+1}`` matches at least one byte, so ``step`` bytes (the
+    fewest before any next link) are read between predicting ``s_{q+i}`` and
+    ``s_{q+i+1}``: from an item naming ``s_q``, ``window`` bytes predict at most
+    ``s_q ... s_{q+window//step+1}``. Two links whose rules, and those of that many next
+    links, are equal once each next link is written as "the next" (lexemes by name; past
+    the chain's end, its end) derive the same parser steps over any ``window`` bytes. So
+    sets that differ only by such links are told apart by nothing a token reads: they
+    share masks and cached exit walks (a long string's masks at one block's end are
+    reused at the next), and their signatures stay exact for the masks.
+    """
+    alias = list(range(len(nt_index)))
+    chains = ir.meta.get(COUNTED_CHAINS) if window > 0 else None
+    if not chains:
+        return alias
+    bodies: dict[str, list[tuple[str, ...]]] = {}
+    for lhs, rhs in rules:
+        bodies.setdefault(lhs, []).append(rhs)
+    fewest: dict[str, int] = {}
+
+    def min_bytes(lexeme: str) -> int:
+        if lexeme not in fewest:
+            fewest[lexeme] = _shortest_word(dfas[lexeme])
+        return fewest[lexeme]
+
+    first_of: dict = {}
+    for chain in chains:
+        at = {name: q for q, name in enumerate(chain)}
+        shapes: list = []
+        step = None
+        for q, name in enumerate(chain):
+            shape = [] if name in nt_index else None
+            for rhs in bodies.get(name, ()) if shape is not None else ():
+                if any(at.get(s, -1) >= 0 for s in rhs[:-1]) or any(s not in dfas for s in rhs[:-1]):
+                    shape = None
+                    break
+                last = rhs[-1] if rhs else None
+                if last in at:
+                    if at[last] != q + 1:
+                        shape = None
+                        break
+                    gap = sum(min_bytes(s) for s in rhs[:-1])
+                    step = gap if step is None else min(step, gap)
+                    shape.append(rhs[:-1] + (1,))   # 1: "the next link" (names are strings)
+                elif last is not None and last not in dfas:
+                    shape = None   # another nonterminal: its own future is not compared
+                    break
+                else:
+                    shape.append(rhs)
+            shapes.append(None if shape is None else tuple(sorted(shape, key=repr)))
+        if not step or step < 1:
+            continue
+        ahead = window // step + 2
+        for q, name in enumerate(chain):
+            key = tuple(shapes[q + d] if q + d < len(chain) else "end" for d in range(ahead + 1))
+            if None in key:
+                continue
+            alias[nt_index[name]] = first_of.setdefault(key, nt_index[name])
+    return alias
+
+
+def _shortest_word(dfa) -> int:
+    """Bytes of the shortest word a lexeme's DFA accepts (a large number for none)."""
+    if not dfa.n_states:
+        return 1 << 30
+    table, accepting = dfa.transitions, dfa.accepting
+    frontier = np.array([0])
+    seen = np.zeros(dfa.n_states, dtype=bool)
+    seen[0] = True
+    for length in range(dfa.n_states):
+        if accepting[frontier].any():
+            return length
+        nxt = np.unique(table[frontier])
+        nxt = nxt[nxt >= 0]
+        nxt = nxt[~seen[nxt]]
+        if not nxt.size:
+            break
+        seen[nxt] = True
+        frontier = nxt
+    return 1 << 30
 
 
 def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, tuple[str, ...]]]:

@@ -227,6 +227,13 @@ def productive_symbols(rules: list[Rule], terminals) -> set[str]:
     return productive
 
 
+#: ``GrammarIR.meta`` key: chains of nonterminals ``(s_0, ..., s_n)`` that count (the blocks
+#: of a long string), each ``s_q`` deriving ``s_{q+1}`` at the end of some of its rules. A
+#: hint only: the parser checks the rules and names by one class the links whose next
+#: rules agree as far as one token can read (see ``automata.earley.chain_aliases``).
+COUNTED_CHAINS = "counted_chains"
+
+
 @dataclass
 class GrammarIR:
     """A context-free grammar over lexemes.

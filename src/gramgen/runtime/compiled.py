@@ -59,13 +59,15 @@ class CompiledGrammar:
         #: the grammar the parser runs: ``grammar.ir``, with lexemes too big for one DFA
         #: rewritten as rules over smaller ones (see :func:`~gramgen.automata.dfa.compile_lexemes`)
         self.ir, dfas = compile_lexemes(grammar.ir, max_states=options.max_dfa_states)
-        self.tables = ParserTables(self.ir, dfas)
+        self.token_table: TokenTable = token_table_for(vocab)
+        # (a mask reads at most the longest token ahead: signatures need not tell apart
+        # what differs only beyond it)
+        self.tables = ParserTables(self.ir, dfas, window=self.token_table.max_len)
         untrack_trees(grammar.ir, self.ir)
         #: the automata of lexemes split into rules, where masks reuse a neighbour's (None
         #: without any; see ``Matcher._automaton_words``)
         self.split_automata = (SplitAutomata(self.tables, self.ir.meta) or None) if SPLIT_AUTOMATA in self.ir.meta else None
         self._automaton_exits: dict = {}
-        self.token_table: TokenTable = token_table_for(vocab)
         self.vocab_size = vocab.size
         self.eos_ids = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
         if self.split_automata is not None:

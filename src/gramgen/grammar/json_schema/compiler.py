@@ -29,7 +29,7 @@ import gramgen.grammar.json_schema.keywords as keywords
 import gramgen.grammar.json_schema.strings as strings
 
 from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
-from ..ir import EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
+from ..ir import COUNTED_CHAINS, EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
 from ..simplify import alt, collapse_regular, seq
 from ..split import CountedRules
 from ..sources import read_schema
@@ -162,6 +162,11 @@ class SchemaCompiler:
         self.unknown_formats: dict[str, str] = {}
         self.rules: list[Rule] = []
         self.lexemes: dict[str, Regex] = {}
+        #: the nonterminals that count the blocks of each long string, in order: the
+        #: parser names the ones whose next blocks look alike by one class (``ir.meta
+        #: ["counted_chains"]``, see ``ParserTables``), so that masks at one block's end
+        #: are reused at the next
+        self.chains: list[tuple[str, ...]] = []
         self._lex_ids: dict[int, str] = {}
         #: (id(node), depth) -> (node, its nonterminal or None): each entry holds its node,
         #: so that the id cannot be reused by another object while the entry exists (nodes
@@ -299,7 +304,8 @@ class SchemaCompiler:
                        meta={"relaxed": list(self.relaxed), "draft": self.draft,
                              "unknown_keywords": list(self.unknown_keywords),
                              "unknown_formats": [f"{p}: {f}" for p, f in self.unknown_formats.items()],
-                             "json_layout": self.layout_options})
+                             "json_layout": self.layout_options,
+                             COUNTED_CHAINS: tuple(self.chains)})
         try:
             ir = _prune_unproductive(ir)
         except SchemaError as exc:
@@ -1116,6 +1122,7 @@ class SchemaCompiler:
         block = self._piece(("block",), lambda: Repeat(char, BLOCK, BLOCK), "BLOCK")
         top = self.fresh("longstr")
         states = [self.fresh("longstr") for _ in range((hi if hi is not None else lo) // BLOCK + 1)]
+        self.chains.append(tuple(states))
         self.rule(top, self._piece(("quote",), lambda: quote, "QUOTE"), states[0])
         for q, s in enumerate(states):
             t_lo = max(0, lo - BLOCK * q)
