@@ -52,7 +52,7 @@ _TREE_TYPES = (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton, Rule)
 
 
 def untrack_trees(*irs: GrammarIR) -> int:
-    """Take the rules and lexeme regexes of ``irs`` (and the tuples and nodes inside them)
+    """Take the rules (and their tuple) and lexeme regexes of ``irs`` (and the tuples and nodes inside them)
     out of the cyclic garbage collector's lists, in C; how many objects that was (0
     without the native builder).
 
@@ -65,7 +65,7 @@ def untrack_trees(*irs: GrammarIR) -> int:
         return 0
     roots: list = []
     for ir in irs:
-        roots.extend(ir.rules)
+        roots.append(ir.rules)   # (the tuple too: the collector keeps a tuple of rules tracked)
         roots.extend(ir.lexemes.values())
     return _dfabuild.untrack(roots, _TREE_TYPES)
 
@@ -77,9 +77,9 @@ _Edge = tuple[int, int, int]
 
 
 class _Rows(dict):
-    """State -> its row of ``transitions`` as a Python list, made when first asked for.
+    """State -> its row of ``transitions`` as a tuple of ints, made when first asked for.
 
-    Scalar stepping (``rows[q][byte]``) through lists is several times faster than
+    Scalar stepping (``rows[q][byte]``) through tuples is several times faster than
     indexing numpy arrays, but converting every row up front cost more than building the
     DFA (a JSON schema's counted strings have thousands of states, most never visited).
     A dict with ``__missing__``, so a row already made costs one C-level lookup; to its
@@ -92,10 +92,12 @@ class _Rows(dict):
         super().__init__()
         self._table = table
 
-    def __missing__(self, state: int) -> list[int]:
+    def __missing__(self, state: int) -> tuple[int, ...]:
         if not 0 <= state < len(self._table):
             raise IndexError(f"no DFA state {state}")
-        row = self._table[state].tolist()
+        # (a tuple of ints: the cyclic collector stops tracking it, where it would walk
+        # a list's 256 items at every full collection)
+        row = tuple(self._table[state].tolist())
         self[state] = row
         return row
 
@@ -107,7 +109,7 @@ class _Rows(dict):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (_Rows, list)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+            return len(self) == len(other) and all(tuple(a) == tuple(b) for a, b in zip(self, other))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]

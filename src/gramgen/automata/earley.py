@@ -226,6 +226,15 @@ class ParserTables:
         self._predictions: dict = {}
         self.follow_lexemes = self._follow_lexemes()
         self.follow_bytes = self._follow_bytes()
+        # Tuples, not lists: the cyclic collector stops tracking a tuple of ints (or of
+        # tuples of strings) at the first collection that sees it, while every full
+        # collection walks a list item by item; a 40,000-rule grammar's six per-item
+        # lists (111,000 items each) cost each full collection ~5 ms.
+        for name in ("item_next", "item_lhs", "item_rule", "rule_first", "rule_list", "glued",
+                     "item_class", "relevant_item", "nullable", "lex_first_bytes", "follow_lexemes",
+                     "follow_bytes", "is_ignore", "ignore_lexemes", "lexeme_names", "nt_names", "lex_rows",
+                     "rules_of", "lex_accept", "_follow_nonterminals"):
+            setattr(self, name, tuple(getattr(self, name)))
         self.native = None
         if NATIVE if native is None else native:
             if _earley is None:

@@ -242,12 +242,18 @@ class GrammarIR:
     as Lark's ``%ignore`` does.
     """
 
-    rules: list[Rule]
+    rules: tuple[Rule, ...]
     lexemes: dict[str, Regex]
     start: str
     ignore: tuple[str, ...] = ()
     source: str = "<grammar>"
     meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # a tuple (any iterable of rules is taken): the cyclic collector stops tracking a
+        # tuple of untracked rules, while every full collection walks a list of 40,000
+        if type(self.rules) is not tuple:
+            self.rules = tuple(self.rules)
 
     def validate(self) -> None:
         """Check that every referenced name is defined; raise GrammarError otherwise."""
