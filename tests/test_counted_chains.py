@@ -119,3 +119,13 @@ def test_masks_exact_along_a_long_string_with_tokens_longer_than_a_block(lo, hi)
     assert checked > 300
     m.advance_text('"}')
     assert m.is_accepting()
+
+
+@pytest.mark.parametrize("pattern,n", [("abc", 3), ("é{2}", 4), ("a*b", 1), ("(?:ab|c)d", 2),
+                                       ("[a-z]{64}", 64), ("x(?:yz)*", 1), ("\\u4e2d|ab", 2)])
+def test_shortest_word_in_bytes(pattern, n):
+    from gramgen.automata.dfa import compile_regex
+    from gramgen.automata.earley import _shortest_word
+    from gramgen.grammar.regex import parse_regex
+
+    assert _shortest_word(compile_regex(parse_regex(pattern))) == n

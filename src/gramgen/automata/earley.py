@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import GrammarError
 from ..grammar.ir import COUNTED_CHAINS, GrammarIR, productive_symbols
 from ..grammar.split import glued_items
+from .dfa import untrack_tuples
 
 try:
     from . import _earley
@@ -209,9 +210,13 @@ class ParserTables:
             end = i
             while self.item_next[end] != END:
                 end += 1
-            key = ((alias[self.item_lhs[i]], tuple(alias[s] if 0 <= s < N else s for s in self.item_next[i:end]),
-                    self.glued[i])
-                   if i != self.accept_item else "accept")
+            if i == self.accept_item:
+                key = "accept"
+            elif alias is None:
+                key = (self.item_lhs[i], tuple(self.item_next[i:end]), self.glued[i])
+            else:
+                key = (alias[self.item_lhs[i]], tuple(alias[s] if 0 <= s < N else s for s in self.item_next[i:end]),
+                       self.glued[i])
             self.item_class.append(classes.setdefault(key, len(classes)))
         # what a set's future depends on: items still waiting for something, and acceptance
         self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
@@ -230,11 +235,14 @@ class ParserTables:
         # tuples of strings) at the first collection that sees it, while every full
         # collection walks a list item by item; a 40,000-rule grammar's six per-item
         # lists (111,000 items each) cost each full collection ~5 ms.
-        for name in ("item_next", "item_lhs", "item_rule", "rule_first", "rule_list", "glued",
-                     "item_class", "relevant_item", "nullable", "lex_first_bytes", "follow_lexemes",
-                     "follow_bytes", "is_ignore", "ignore_lexemes", "lexeme_names", "nt_names", "lex_rows",
-                     "rules_of", "lex_accept", "_follow_nonterminals"):
+        # Tuples of atoms are taken off the lists at once: the first collection to see
+        # them would walk them anyway (9 ms for those of a 40,000-rule grammar, in a mask).
+        atoms = ("item_next", "item_lhs", "item_rule", "rule_first", "rule_list", "glued", "item_class",
+                 "relevant_item", "nullable", "follow_lexemes", "follow_bytes", "is_ignore", "ignore_lexemes",
+                 "lexeme_names", "nt_names", "rules_of", "lex_accept", "_follow_nonterminals")
+        for name in atoms + ("lex_first_bytes", "lex_rows"):
             setattr(self, name, tuple(getattr(self, name)))
+        untrack_tuples(getattr(self, name) for name in atoms)
         self.native = None
         if NATIVE if native is None else native:
             if _earley is None:
@@ -609,10 +617,12 @@ def tracked_view(chart: list, j: int, depth: int) -> tuple[list, HorizonReads]:
     return view, reads
 
 
-def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: dict, window: int) -> list[int]:
+def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: dict,
+                  window: int) -> list[int] | None:
     """Per nonterminal (by index), the index of the one signatures name it by: itself, or
     for a link of a chain of ``ir.meta[COUNTED_CHAINS]``, the first link whose rules agree
-    with its own as far as ``window`` bytes can reach.
+    with its own as far as ``window`` bytes can reach. None when every nonterminal is
+    named by itself.
 
     Every rule of a link ``s_q`` is checked to be lexemes only, or lexemes followed by
     ``s_{q+1}`` (no other link anywhere in it); otherwise the link keeps its own name.
@@ -626,10 +636,10 @@ def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: di
     share masks and cached exit walks (a long string's masks at one block's end are
     reused at the next), and their signatures stay exact for the masks.
     """
-    alias = list(range(len(nt_index)))
     chains = ir.meta.get(COUNTED_CHAINS) if window > 0 else None
     if not chains:
-        return alias
+        return None
+    alias = list(range(len(nt_index)))
     bodies: dict[str, list[tuple[str, ...]]] = {}
     for lhs, rhs in rules:
         bodies.setdefault(lhs, []).append(rhs)
@@ -640,23 +650,30 @@ def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: di
             fewest[lexeme] = _shortest_word(dfas[lexeme])
         return fewest[lexeme]
 
+    shape_id: dict[frozenset, int] = {}   # a link's rules, each next link written 1 -> a number
     first_of: dict = {}
     for chain in chains:
         at = {name: q for q, name in enumerate(chain)}
-        shapes: list = []
+        shapes: list[int | None] = []
         step = None
         for q, name in enumerate(chain):
             shape = [] if name in nt_index else None
             for rhs in bodies.get(name, ()) if shape is not None else ():
-                if any(at.get(s, -1) >= 0 for s in rhs[:-1]) or any(s not in dfas for s in rhs[:-1]):
-                    shape = None
+                head = rhs[:-1]
+                for s in head:
+                    if s in at or s not in dfas:   # a link, or a nonterminal, before the end
+                        shape = None
+                        break
+                if shape is None:
                     break
                 last = rhs[-1] if rhs else None
                 if last in at:
                     if at[last] != q + 1:
                         shape = None
                         break
-                    gap = sum(min_bytes(s) for s in rhs[:-1])
+                    gap = 0
+                    for s in head:
+                        gap += min_bytes(s)
                     step = gap if step is None else min(step, gap)
                     shape.append(rhs[:-1] + (1,))   # 1: "the next link" (names are strings)
                 elif last is not None and last not in dfas:
@@ -664,35 +681,41 @@ def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: di
                     break
                 else:
                     shape.append(rhs)
-            shapes.append(None if shape is None else tuple(sorted(shape, key=repr)))
+            shapes.append(None if shape is None else shape_id.setdefault(frozenset(shape), len(shape_id)))
         if not step or step < 1:
             continue
         ahead = window // step + 2
+        shapes += [-1] * (ahead + 1)   # past the chain's end
         for q, name in enumerate(chain):
-            key = tuple(shapes[q + d] if q + d < len(chain) else "end" for d in range(ahead + 1))
+            key = tuple(shapes[q: q + ahead + 1])
             if None in key:
                 continue
             alias[nt_index[name]] = first_of.setdefault(key, nt_index[name])
-    return alias
+    return alias if any(a != n for n, a in enumerate(alias)) else None
 
 
 def _shortest_word(dfa) -> int:
-    """Bytes of the shortest word a lexeme's DFA accepts (a large number for none)."""
-    if not dfa.n_states:
+    """Bytes of the shortest word a lexeme's DFA accepts (a large number for none):
+    breadth-first, one byte of each class of bytes the DFA treats alike."""
+    n = dfa.n_states
+    if not n:
         return 1 << 30
-    table, accepting = dfa.transitions, dfa.accepting
-    frontier = np.array([0])
-    seen = np.zeros(dfa.n_states, dtype=bool)
-    seen[0] = True
-    for length in range(dfa.n_states):
+    accepting = dfa.accepting
+    _, reps = np.unique(dfa.byte_classes(), return_index=True)
+    table = dfa.transitions[:, reps]
+    frontier = np.zeros(n, dtype=bool)
+    frontier[0] = True
+    seen = frontier.copy()
+    for length in range(n):
         if accepting[frontier].any():
             return length
-        nxt = np.unique(table[frontier])
-        nxt = nxt[nxt >= 0]
-        nxt = nxt[~seen[nxt]]
-        if not nxt.size:
+        targets = table[frontier].ravel()
+        nxt = np.zeros(n, dtype=bool)
+        nxt[targets[targets >= 0]] = True
+        nxt &= ~seen
+        if not nxt.any():
             break
-        seen[nxt] = True
+        seen |= nxt
         frontier = nxt
     return 1 << 30
 
