@@ -231,12 +231,10 @@ class ParserTables:
         self._predictions: dict = {}
         self.follow_lexemes = self._follow_lexemes()
         self.follow_bytes = self._follow_bytes()
-        # Tuples, not lists: the cyclic collector stops tracking a tuple of ints (or of
-        # tuples of strings) at the first collection that sees it, while every full
-        # collection walks a list item by item; a 40,000-rule grammar's six per-item
-        # lists (111,000 items each) cost each full collection ~5 ms.
-        # Tuples of atoms are taken off the lists at once: the first collection to see
-        # them would walk them anyway (9 ms for those of a 40,000-rule grammar, in a mask).
+        # Tuples, not lists, off the cyclic collector's lists from the start: every full
+        # collection walks a list item by item (a 40,000-rule grammar's six per-item lists
+        # of 111,000 items cost each one ~5 ms), and the first collection to see a fresh
+        # tuple walks it too before it untracks it (9 ms, inside some mask).
         atoms = ("item_next", "item_lhs", "item_rule", "rule_first", "rule_list", "glued", "item_class",
                  "relevant_item", "nullable", "follow_lexemes", "follow_bytes", "is_ignore", "ignore_lexemes",
                  "lexeme_names", "nt_names", "rules_of", "lex_accept", "_follow_nonterminals")
