@@ -61,23 +61,22 @@ def untrack_trees(*irs: GrammarIR) -> int:
     in the bench for one schema whose grammar held ~19,000 of them). The trees are immutable and built bottom-up, so they cannot
     form a reference cycle: refcounting alone frees them, as it does every untracked
     object (what they hold stays alive through their references)."""
-    if _dfabuild is None:
-        return 0
     roots: list = []
     for ir in irs:
         roots.append(ir.rules)   # (the tuple too: the collector keeps a tuple of rules tracked)
         roots.extend(ir.lexemes.values())
-    return _dfabuild.untrack(roots, _TREE_TYPES)
+    return untrack(roots, _TREE_TYPES)
 
 
-def untrack_tuples(tuples: Iterable[tuple]) -> None:
-    """Take fresh tuples of atoms (ints, strings, and tuples of those) out of the cyclic
-    collector's lists now, in C. The collector would untrack them itself, but only in the
-    first collection that sees them, walking each item: for the parser tables of a large
-    grammar (eight tuples of 105,000 items) that was 9 ms inside whichever mask it fell
-    in. Only for tuples that hold nothing that could reach them back."""
-    if _dfabuild is not None:
-        _dfabuild.untrack(list(tuples), ())
+def untrack(objects: list, types: tuple = ()) -> int:
+    """Take ``objects``, and what they reach through exact tuples and instances of exactly
+    the classes ``types``, out of the cyclic collector's lists now, in C
+    (``_dfabuild.untrack``); how many objects that was (0 without the native builder).
+    Only for what holds nothing that could reach it back: immutable trees, tuples of
+    atoms. (For fresh tuples of atoms the collector would do it itself, but only in the
+    first collection that sees them, walking each item: 9 ms inside some mask for the
+    parser tables of a large grammar, eight tuples of 105,000 items.)"""
+    return 0 if _dfabuild is None else _dfabuild.untrack(objects, types)
 
 
 NFA_STATES_PER_DFA_STATE = 20

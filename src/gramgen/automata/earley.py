@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import GrammarError
 from ..grammar.ir import COUNTED_CHAINS, GrammarIR, productive_symbols
 from ..grammar.split import glued_items
-from .dfa import untrack_tuples
+from .dfa import untrack
 
 try:
     from . import _earley
@@ -204,19 +204,18 @@ class ParserTables:
         # Nonterminals are named by their alias: links of a counted chain whose rules agree
         # as far as ``window`` bytes can reach (see chain_aliases).
         alias = chain_aliases(ir, rules, nt_index, dfas, window)
+        named_lhs, named_next = self.item_lhs, self.item_next
+        if alias is not None:
+            named_lhs = [alias[a] for a in named_lhs]
+            named_next = [alias[s] if 0 <= s < N else s for s in named_next]
         classes: dict = {}
         self.item_class: list[int] = []
         for i, nxt in enumerate(self.item_next):
             end = i
             while self.item_next[end] != END:
                 end += 1
-            if i == self.accept_item:
-                key = "accept"
-            elif alias is None:
-                key = (self.item_lhs[i], tuple(self.item_next[i:end]), self.glued[i])
-            else:
-                key = (alias[self.item_lhs[i]], tuple(alias[s] if 0 <= s < N else s for s in self.item_next[i:end]),
-                       self.glued[i])
+            key = ((named_lhs[i], tuple(named_next[i:end]), self.glued[i])
+                   if i != self.accept_item else "accept")
             self.item_class.append(classes.setdefault(key, len(classes)))
         # what a set's future depends on: items still waiting for something, and acceptance
         self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
@@ -240,7 +239,7 @@ class ParserTables:
                  "lexeme_names", "nt_names", "rules_of", "lex_accept", "_follow_nonterminals")
         for name in atoms + ("lex_first_bytes", "lex_rows"):
             setattr(self, name, tuple(getattr(self, name)))
-        untrack_tuples(getattr(self, name) for name in atoms)
+        untrack([getattr(self, name) for name in atoms])
         self.native = None
         if NATIVE if native is None else native:
             if _earley is None:
@@ -673,7 +672,7 @@ def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: di
                     for s in head:
                         gap += min_bytes(s)
                     step = gap if step is None else min(step, gap)
-                    shape.append(rhs[:-1] + (1,))   # 1: "the next link" (names are strings)
+                    shape.append(head + (1,))   # 1: "the next link" (names are strings)
                 elif last is not None and last not in dfas:
                     shape = None   # another nonterminal: its own future is not compared
                     break

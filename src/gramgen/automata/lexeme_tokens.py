@@ -26,25 +26,13 @@ import threading
 import numpy as np
 
 from .bitmask import count, pack, positions, set_bits, take_few
+from .dfa import untrack
 from .token_table import TokenTable
 
 try:
     from . import _tokenwalk
 except ImportError:  # not built (no C compiler at install, or a source checkout)
     _tokenwalk = None
-
-try:
-    from ._dfabuild import untrack as _untrack_native
-except ImportError:
-    _untrack_native = None
-
-
-def _untrack(lt: "LexemeTokens") -> None:
-    """A :class:`LexemeTokens` holds arrays and ints only, so it cannot be in a reference
-    cycle: taken out of the cyclic collector's lists, which a compiled grammar's thousands
-    of classified states would otherwise lengthen for every full collection."""
-    if _untrack_native is not None:
-        _untrack_native([lt], (LexemeTokens,))
 
 
 #: whether :func:`classify_tokens` uses the native kernel; ``GRAMGEN_NATIVE=0`` turns it off
@@ -61,7 +49,9 @@ class LexemeTokens:
     set is V/8 bytes (16 KB each with a 128k vocabulary), and a state is classified where
     its first mask needs it: fresh memory, whose page faults cost more than a sparse
     state's walk. Read them with :meth:`or_inside` / :meth:`or_exits` / :meth:`exit_ranks`;
-    ``inside`` and ``exits`` build the packed form. Immutable."""
+    ``inside`` and ``exits`` build the packed form. Immutable, and off the cyclic
+    collector's lists (it holds arrays and ints only, so it cannot be in a cycle; a
+    compiled grammar's thousands of classified states would lengthen every collection)."""
 
     __slots__ = ("_inside", "_exits", "n_exits", "_n_words", "_n_rank_words")
 
@@ -69,7 +59,7 @@ class LexemeTokens:
         """Both sets packed."""
         self._inside, self._exits, self.n_exits = inside, exits, int(n_exits)
         self._n_words, self._n_rank_words = inside.shape[0], exits.shape[0]
-        _untrack(self)
+        untrack([self], (LexemeTokens,))
 
     @classmethod
     def held(cls, inside, exits, n_exits: int, n_words: int, n_rank_words: int) -> "LexemeTokens":
@@ -77,7 +67,7 @@ class LexemeTokens:
         lt = cls.__new__(cls)
         lt._inside, lt._exits, lt.n_exits = inside, exits, int(n_exits)
         lt._n_words, lt._n_rank_words = n_words, n_rank_words
-        _untrack(lt)
+        untrack([lt], (LexemeTokens,))
         return lt
 
     @staticmethod
