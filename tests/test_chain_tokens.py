@@ -112,3 +112,45 @@ def test_prefix_ranks_are_the_ranks_of_every_prefix(tname):
         want = [r for n in range(1, min(len(d), tt.max_len) + 1) for r in tt.ranks_of(d[:n])]
         assert sorted(tt.prefix_ranks(d)) == sorted(want), d
     assert all(tt.prefix_ranks(p) for p in picks if p)   # each token is a prefix of itself
+
+
+@pytest.mark.parametrize("tname", TOKENIZER_NAMES)
+def test_prefix_span_in_c_equals_the_lookups_it_replaces(tname, monkeypatch):
+    """``lexeme_tokens.prefix_span`` (one descent of the byte-sorted tokens in C) gives the
+    ids of every token that is a prefix of the string and the ranks of the longer tokens
+    that start with it, as the per-prefix lookups and bisections of the Python spelling."""
+    from gramgen.automata.lexeme_tokens import prefix_span
+    from gramgen.automata.token_table import token_table_for
+
+    if lexeme_tokens._tokenwalk is None:
+        pytest.skip("the native kernel is not built")
+    tt = token_table_for(vocabulary(tname))
+    rng = np.random.default_rng(11)
+    picks = [tt.sorted_bytes[int(r)] for r in rng.integers(0, len(tt.sorted_bytes), 300)]
+    data = [p + q[:int(k)] for p, q, k in zip(picks, reversed(picks), rng.integers(0, 6, len(picks)))]
+    data += [b'"' + bytes(rng.choice(list(b'abe_"'), int(n))) for n in rng.integers(1, 20, 300)]
+    data += [n.encode() + b'"' for n in NAMES] + [b"\xff" * 70, b"\x00", b" " * 40]
+    native = [prefix_span(tt, d) for d in data]
+    monkeypatch.setattr(lexeme_tokens, "_tokenwalk", None)
+    spans = 0
+    for d, (ids, lo, hi) in zip(data, native):
+        want_ids, want_lo, want_hi = prefix_span(tt, d)
+        assert ids.tolist() == want_ids.tolist() and (lo, hi) == (want_lo, want_hi), d
+        assert all(len(tt.sorted_bytes[r]) > len(d) and tt.sorted_bytes[r].startswith(d) for r in range(lo, hi))
+        spans += hi > lo
+    assert spans >= 10 and sum(len(s[0]) for s in native) > 300
+
+
+def test_prefix_span_refuses_offsets_outside_the_blob():
+    from gramgen.automata.token_table import token_table_for
+
+    tw = lexeme_tokens._tokenwalk
+    if tw is None:
+        pytest.skip("the native kernel is not built")
+    tt = token_table_for(vocabulary("gpt2"))
+    bad = tt.offsets.copy()
+    bad[len(bad) // 2:] += 10**9
+    with pytest.raises(ValueError):
+        tw.prefix_span(tt.blob, bad, tt.sorted_bytes[len(bad) // 2], tt.rank_to_id)
+    with pytest.raises(ValueError):
+        tw.prefix_span(tt.blob, tt.offsets, b"a", tt.rank_to_id[:10])

@@ -1789,17 +1789,17 @@ single_chain(PyObject *self, PyObject *args)
     int32_t q = state;
     while (n < max_len && q != sink && !acc[q]) {
         const int32_t *row = table + (int64_t)q * 256;
-        int only = -1;
+        /* how many bytes leave the sink, counted without branches: the compiler
+         * vectorizes it, and the row is read in order (a scan that stopped at the second
+         * live byte went byte by byte) */
+        int live = 0;
         for (int b = 0; b < 256; b++)
-            if (row[b] != sink) {
-                if (only >= 0) {
-                    only = -2;
-                    break;
-                }
-                only = b;
-            }
-        if (only < 0)
+            live += row[b] != sink;
+        if (live != 1)
             break;
+        int only = 0;
+        while (row[only] == sink)
+            only++;
         const int32_t nx = row[only];
         if (nx < 0 || nx > sink) {
             PyErr_SetString(PyExc_ValueError, "table holds a state out of range");
@@ -1857,6 +1857,120 @@ done:
     return out;
 }
 
+/* The byte of token r at position p in the byte-sorted order, -1 past its end (a shorter
+ * token sorts before every longer one that it starts). */
+static inline int
+byte_at(const uint8_t *blob, const int64_t *off, int64_t r, Py_ssize_t p)
+{
+    return off[r + 1] - off[r] > p ? blob[off[r] + p] : -1;
+}
+
+/* Whether token r's span lies in the blob (checked for each token a descent reads, not
+ * for the whole table on every call). */
+static inline int
+span_ok(const int64_t *off, int64_t r, Py_ssize_t blob_len)
+{
+    return off[r] >= 0 && off[r] <= off[r + 1] && off[r + 1] <= blob_len;
+}
+
+/* prefix_span(blob, offsets, data, rank_to_id) -> (ids, lo, hi): the ids of the tokens
+ * whose bytes are a prefix of data (data itself included), ascending, as int64 bytes; and
+ * the ranks [lo, hi) of the tokens that start with data and are longer. One descent
+ * through the byte-sorted tokens: the tokens that start with data[:n] are contiguous, so
+ * each byte narrows the range by two bisections over that byte's column, and the tokens
+ * equal to data[:n] open the narrowed range (a key chain's classes, chain_tokens). */
+static PyObject *
+prefix_span(PyObject *self, PyObject *args)
+{
+    Py_buffer blob_b, off_b, data_b, ids_b;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &blob_b, &off_b, &data_b, &ids_b))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *found = NULL;
+    if (check_buffer(&blob_b, 1, 0, "blob") || check_buffer(&off_b, 8, 1, "offsets")
+        || check_buffer(&data_b, 1, 0, "data") || check_buffer(&ids_b, 8, off_b.len / 8 - 1, "rank_to_id"))
+        goto done;
+    const uint8_t *blob = (const uint8_t *)blob_b.buf, *data = (const uint8_t *)data_b.buf;
+    const int64_t *off = (const int64_t *)off_b.buf, *rank_to_id = (const int64_t *)ids_b.buf;
+    const int64_t n_ranks = off_b.len / 8 - 1;
+    const Py_ssize_t n_data = data_b.len;
+    const Py_ssize_t blob_len = blob_b.len;
+    int bad = 0;
+    size_t n_found = 0, cap = 16;
+    found = malloc(cap * sizeof(int64_t));
+    if (!found) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t lo = 0, hi = n_ranks;
+    for (Py_ssize_t p = 0; p < n_data && lo < hi; p++) {
+        const int c = data[p];
+        int64_t a = lo, b = hi;       /* first rank in [lo, hi) whose byte p is >= c */
+        while (a < b) {
+            int64_t m = a + (b - a) / 2;
+            bad |= !span_ok(off, m, blob_len);
+            if (bad)
+                break;
+            if (byte_at(blob, off, m, p) < c)
+                a = m + 1;
+            else
+                b = m;
+        }
+        int64_t e = a, f = hi;        /* first rank whose byte p is > c */
+        while (e < f) {
+            int64_t m = e + (f - e) / 2;
+            bad |= !span_ok(off, m, blob_len);
+            if (bad)
+                break;
+            if (byte_at(blob, off, m, p) <= c)
+                e = m + 1;
+            else
+                f = m;
+        }
+        if (bad || (a < e && !span_ok(off, a, blob_len))) {
+            PyErr_SetString(PyExc_ValueError, "offsets inconsistent with the blob");
+            goto done;
+        }
+        lo = a;
+        hi = e;
+        /* the tokens equal to data[:p + 1] come first */
+        while (lo < hi && off[lo + 1] - off[lo] == p + 1) {
+            if (n_found == cap) {
+                int64_t *more = realloc(found, 2 * cap * sizeof(int64_t));
+                if (!more) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                found = more;
+                cap *= 2;
+            }
+            found[n_found++] = rank_to_id[lo];
+            lo++;
+        }
+    }
+    if (lo > hi)
+        lo = hi;
+    /* ascending ids (a handful: insertion sort) */
+    for (size_t i = 1; i < n_found; i++) {
+        int64_t x = found[i];
+        size_t j = i;
+        while (j && found[j - 1] > x) {
+            found[j] = found[j - 1];
+            j--;
+        }
+        found[j] = x;
+    }
+    result = Py_BuildValue("(y#LL)", (const char *)found, (Py_ssize_t)(n_found * sizeof(int64_t)),
+                           (long long)lo, (long long)hi);
+done:
+    free(found);
+    PyBuffer_Release(&blob_b);
+    PyBuffer_Release(&off_b);
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&ids_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
      "classify(table, acc, follow, state, blob, offsets, lcp, max_len, first_start, rank_to_id, inside, exits"
@@ -1886,6 +2000,9 @@ static PyMethodDef methods[] = {
      "lazy_walk(table, state, ranks, depth, blob, offsets, ok_out, stuck_out)"},
     {"single_chain", single_chain, METH_VARARGS,
      "single_chain(table, acc, state, max_len) -> (bytes, end): the string read through states of one byte each"},
+    {"prefix_span", prefix_span, METH_VARARGS,
+     "prefix_span(blob, offsets, data, rank_to_id) -> (ids, lo, hi): the ids of the tokens that are a prefix of"
+     " data (int64 bytes, ascending), and the ranks [lo, hi) of the longer tokens that start with data"},
     {"label_walk", label_walk, METH_VARARGS,
      "label_walk(edge_start, edge_label, edge_target, labels, label_start, final, state, ranks, blob, offsets,"
      " out): 1 alive, 0 dead, 2 undecided"},

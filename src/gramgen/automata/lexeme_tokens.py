@@ -218,13 +218,8 @@ def chain_tokens(tt: TokenTable, rest: bytes, table: np.ndarray, acc: np.ndarray
     bisections, not a walk of every token that starts with its first letter)."""
     if not rest:
         raise ValueError("chain_tokens needs a non-empty string")
-    sorted_bytes = tt.sorted_bytes
-    prefixes = tt.prefix_ranks(rest)
-    inside = [tt.rank_to_id[prefixes]]
-    lo = bisect.bisect_left(sorted_bytes, rest)
-    hi = tt.prefix_end(rest, lo)
-    while lo < hi and len(sorted_bytes[lo]) == len(rest):
-        lo += 1
+    prefix_ids, lo, hi = prefix_span(tt, rest)
+    inside = [prefix_ids]
     exits = np.zeros(0, dtype=np.int64)
     if lo < hi:
         longer = np.arange(lo, hi, dtype=np.int64)
@@ -242,6 +237,24 @@ def chain_tokens(tt: TokenTable, rest: bytes, table: np.ndarray, acc: np.ndarray
     if exits.size > FEW_TOKENS:
         exits = LexemeTokens._packed(exits, tt.n_rank_words)
     return LexemeTokens.held(inside_a, exits, n_exits, tt.n_words, tt.n_rank_words)
+
+
+def prefix_span(tt: TokenTable, data: bytes) -> tuple[np.ndarray, int, int]:
+    """The ids of the tokens whose bytes are a prefix of ``data`` (``data`` included),
+    ascending, and the ranks ``[lo, hi)`` of the longer tokens that start with ``data``:
+    what :func:`chain_tokens` looks up for a key, in one descent of the byte-sorted
+    tokens by the C kernel (each lookup of its own went to memory the first masks of a
+    schema had not touched yet)."""
+    if _tokenwalk is not None:
+        ids, lo, hi = _tokenwalk.prefix_span(tt.blob, tt.offsets, data, tt.rank_to_id)
+        return np.frombuffer(ids, dtype=np.int64), lo, hi
+    sorted_bytes = tt.sorted_bytes
+    ids = np.sort(tt.rank_to_id[tt.prefix_ranks(data)])
+    lo = bisect.bisect_left(sorted_bytes, data)
+    hi = tt.prefix_end(data, lo)
+    while lo < hi and len(sorted_bytes[lo]) == len(data):
+        lo += 1
+    return ids, lo, hi
 
 
 def chain_memo(table: np.ndarray) -> np.ndarray | None:
