@@ -238,3 +238,45 @@ def test_equal_strings_under_two_keys_share_one_automaton():
     oracle = _full_oracle(_full(grammar, vocab, 100))
     rng = random.Random("two keys")
     assert _walks(cg, oracle, vocab, rng, 2, 25, '{"a": "ab cd", "b": "') >= 40
+
+
+def _first_byte_depths_per_byte(automata, x, a1, a2, cap):
+    """``SplitAutomata.first_byte_depths`` spelled byte by byte (the reference: the
+    method decides each group of bytes that the same edges start with once)."""
+    edges = automata.edges[x]
+    e1, e2 = edges.get(a1, ()), edges.get(a2, ())
+    out = np.empty(256, dtype=np.int32)
+    for beta in range(256):
+        g1 = [e for e in e1 if automata._label_starts(e[0]) >> beta & 1]
+        g2 = [e for e in e2 if automata._label_starts(e[0]) >> beta & 1]
+        if [label for label, _ in g1] != [label for label, _ in g2]:
+            out[beta] = -1
+            continue
+        d = cap
+        for (_, t1), (_, t2) in zip(g1, g2):
+            if t1 != t2:
+                d = min(d, automata.agreement(x, t1, t2, cap) + 1)
+        out[beta] = d
+    return out
+
+
+def test_first_byte_depths_equal_the_byte_by_byte_reference():
+    """Every pair of states of each test automaton (many pairs for the larger ones): the
+    depths per first byte, decided per group of bytes, equal those decided per byte."""
+    vocab = vocabulary("gpt2")
+    rng = random.Random(5)
+    pairs = kinds = 0
+    for schema, max_states, _ in SCHEMAS:
+        _, cg = _compiled(schema, max_states, vocab)
+        automata = cg.split_automata
+        cap = cg.classes.agreement_cap
+        for x, edges in enumerate(automata.edges):
+            states = sorted({a for a in edges} | {t for out in edges.values() for _, t in out})
+            picked = [(a, b) for a in states for b in states] if len(states) <= 30 else \
+                [(rng.choice(states), rng.choice(states)) for _ in range(600)]
+            for a1, a2 in picked:
+                got = automata.first_byte_depths(x, a1, a2, cap)
+                assert got.tolist() == _first_byte_depths_per_byte(automata, x, a1, a2, cap).tolist(), (x, a1, a2)
+                kinds += len(set(got.tolist())) > 2
+                pairs += 1
+    assert pairs > 500 and kinds > 20

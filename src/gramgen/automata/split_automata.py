@@ -245,24 +245,26 @@ class SplitAutomata:
         edges = self.edges[automaton]
         e1, e2 = edges.get(a1, ()), edges.get(a2, ())
         starts = self._label_starts
+        # the bytes in groups that the same edges of both states start with (the labels'
+        # first bytes cut the 256 bytes into a few groups): each group is decided once
+        groups = [(1 << 256) - 1]
+        for m in {starts(label) for label, _ in (*e1, *e2)}:
+            groups = [g for whole in groups for g in (whole & m, whole & ~m) if g]
         out = np.empty(256, dtype=np.int32)
-        seen: dict = {}
-        for beta in range(256):
-            bit = 1 << beta
-            g1 = tuple(e for e in e1 if starts(e[0]) & bit)
-            g2 = tuple(e for e in e2 if starts(e[0]) & bit)
-            d = seen.get((g1, g2))
-            if d is None:
-                if tuple(label for label, _ in g1) != tuple(label for label, _ in g2):
-                    d = -1
-                else:
-                    d = cap
-                    for (_, t1), (_, t2) in zip(g1, g2):
-                        if t1 != t2:
-                            # the label reads at least the first byte
-                            d = min(d, self.agreement(automaton, t1, t2, cap) + 1)
-                seen[(g1, g2)] = d
-            out[beta] = d
+        for group in groups:
+            bit = group & -group
+            g1 = [e for e in e1 if starts(e[0]) & bit]
+            g2 = [e for e in e2 if starts(e[0]) & bit]
+            if [label for label, _ in g1] != [label for label, _ in g2]:
+                d = -1
+            else:
+                d = cap
+                for (_, t1), (_, t2) in zip(g1, g2):
+                    if t1 != t2:
+                        # the label reads at least the first byte
+                        d = min(d, self.agreement(automaton, t1, t2, cap) + 1)
+            members = np.unpackbits(np.frombuffer(group.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
+            out[members.view(bool)] = d
         return out
 
     def _label_starts(self, label: int) -> int:
