@@ -60,6 +60,25 @@ def test_standard_classes_equal_full(tokenizer, whitespace):
     assert found * 3 >= len(keys) and found >= 10, (found, len(keys))
 
 
+
+@pytest.mark.parametrize("whitespace", ["flexible", "standard"])
+def test_strings_near_their_bounds_find_standard_classes(whitespace):
+    """A string a few characters before its ``maxLength`` (whatever the bound), and a long
+    string's 64-character blocks and tails, find their dense states' classes among the
+    standard ones (their first visits were full walks of the vocabulary)."""
+    vocab = vocabulary("gpt2")
+    tt = token_table_for(vocab)
+    schema = {"type": "object", "properties": {
+        "a": {"type": "string", "maxLength": 77},
+        "b": {"type": "string", "minLength": 300, "maxLength": 5000},
+        "c": {"type": "array", "items": {"type": "string", "maxLength": 3000}}}, "required": ["a", "b"]}
+    cg = gramgen.compile(gramgen.Grammar.from_json_schema(schema, whitespace=whitespace), vocab, precompute=False)
+    names = cg.tables.lexeme_names
+    strings = [key for key, k, _ in cg.classes.shared_states()
+               if names[k].startswith(("STR", "BLOCK", "TAIL", "longstr"))]
+    found = sum(key in tt.standard_classes for key in strings)
+    assert found >= 20 and found * 3 >= 2 * len(strings), (found, len(strings))
+
 def test_standard_classes_decide_masks(monkeypatch):
     """The masks read the standard classes: exact with them (brute force), and wrong when
     they are spoiled (the check can fail)."""

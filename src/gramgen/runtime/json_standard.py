@@ -2,7 +2,8 @@
 
 Whatever the schema, its grammar's strings, numbers, literals and the whitespace and
 punctuation between them are the same lexemes, so their dense states (a string body, a
-run of whitespace before a value) have the same futures and follow bytes in every schema
+run of whitespace before a value, a string a few characters before its ``maxLength``, a
+long string's 64-character blocks) have the same futures and follow bytes in every schema
 of a layout: ``TokenClasses._classify`` finds them by that key. Classifying one against a
 128k-token vocabulary is a walk of 0.1-0.3 ms, and the first masks of a schema meet
 several: that was most of the mask tail of a fresh schema (the first visits). A few
@@ -27,16 +28,19 @@ __all__ = ["ensure_standard_classes", "STANDARD_SCHEMAS"]
 
 #: vocabularies smaller than this are classified quickly enough on first use
 MIN_VOCAB = 4096
-#: most layouts with standard classes per vocabulary (each ~15 MB at 128k tokens)
+#: most layouts with standard classes per vocabulary (each ~16 MB at 128k tokens)
 MAX_LAYOUTS = 4
 
 _VALUES = {"s": {"type": "string"}, "n": {"type": "number"}, "i": {"type": "integer"},
            "b": {"type": "boolean"}, "z": {"type": "null"},
+           # bounded strings: the states a few characters before a maxLength (any bound:
+           # their futures are alike), and the 64-character blocks of a long string's count
+           "sb": {"type": "string", "maxLength": 256}, "sl": {"type": "string", "maxLength": 1024},
            "as": {"type": "array", "items": {"type": "string"}},
            "an": {"type": "array", "items": {"type": "number"}},
            "ai": {"type": "array", "items": {"type": "integer"}},
            "o": {"type": "object"}, "a": {"type": "array"}, "x": {}}
-_SCALARS = ("s", "n", "i", "b", "z")
+_SCALARS = ("s", "n", "i", "b", "z", "sb", "sl")
 
 #: the schemas whose classes are kept: each kind of value as an optional property (a comma
 #: or the closing brace may follow it), as a required one (a comma must follow all but the
