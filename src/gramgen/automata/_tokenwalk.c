@@ -1873,6 +1873,25 @@ span_ok(const int64_t *off, int64_t r, Py_ssize_t blob_len)
     return off[r] >= 0 && off[r] <= off[r + 1] && off[r + 1] <= blob_len;
 }
 
+/* The first rank in [lo, hi) whose byte p is at least c (ranks in [lo, hi) share their
+ * first p bytes, so byte p does not decrease over them); -1 when a token read lies
+ * outside the blob. */
+static int64_t
+first_byte_at_least(const uint8_t *blob, const int64_t *off, Py_ssize_t blob_len,
+                    int64_t lo, int64_t hi, Py_ssize_t p, int c)
+{
+    while (lo < hi) {
+        const int64_t m = lo + (hi - lo) / 2;
+        if (!span_ok(off, m, blob_len))
+            return -1;
+        if (byte_at(blob, off, m, p) < c)
+            lo = m + 1;
+        else
+            hi = m;
+    }
+    return lo;
+}
+
 /* prefix_span(blob, offsets, data, rank_to_id) -> (ids, lo, hi): the ids of the tokens
  * whose bytes are a prefix of data (data itself included), ascending, as int64 bytes; and
  * the ranks [lo, hi) of the tokens that start with data and are longer. One descent
@@ -1895,7 +1914,6 @@ prefix_span(PyObject *self, PyObject *args)
     const int64_t n_ranks = off_b.len / 8 - 1;
     const Py_ssize_t n_data = data_b.len;
     const Py_ssize_t blob_len = blob_b.len;
-    int bad = 0;
     size_t n_found = 0, cap = 16;
     found = malloc(cap * sizeof(int64_t));
     if (!found) {
@@ -1905,29 +1923,9 @@ prefix_span(PyObject *self, PyObject *args)
     int64_t lo = 0, hi = n_ranks;
     for (Py_ssize_t p = 0; p < n_data && lo < hi; p++) {
         const int c = data[p];
-        int64_t a = lo, b = hi;       /* first rank in [lo, hi) whose byte p is >= c */
-        while (a < b) {
-            int64_t m = a + (b - a) / 2;
-            bad |= !span_ok(off, m, blob_len);
-            if (bad)
-                break;
-            if (byte_at(blob, off, m, p) < c)
-                a = m + 1;
-            else
-                b = m;
-        }
-        int64_t e = a, f = hi;        /* first rank whose byte p is > c */
-        while (e < f) {
-            int64_t m = e + (f - e) / 2;
-            bad |= !span_ok(off, m, blob_len);
-            if (bad)
-                break;
-            if (byte_at(blob, off, m, p) <= c)
-                e = m + 1;
-            else
-                f = m;
-        }
-        if (bad || (a < e && !span_ok(off, a, blob_len))) {
+        const int64_t a = first_byte_at_least(blob, off, blob_len, lo, hi, p, c);
+        const int64_t e = a < 0 ? -1 : first_byte_at_least(blob, off, blob_len, a, hi, p, c + 1);
+        if (e < 0 || (a < e && !span_ok(off, a, blob_len))) {
             PyErr_SetString(PyExc_ValueError, "offsets inconsistent with the blob");
             goto done;
         }
@@ -1948,8 +1946,6 @@ prefix_span(PyObject *self, PyObject *args)
             lo++;
         }
     }
-    if (lo > hi)
-        lo = hi;
     /* ascending ids (a handful: insertion sort) */
     for (size_t i = 1; i < n_found; i++) {
         int64_t x = found[i];
