@@ -563,6 +563,12 @@ _ONE_BYTE: Ranges = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F))
 _SHARE_FROM = 4
 
 
+def _in_one_byte(r: tuple[int, int]) -> bool:
+    """Whether the range ``r`` lies within :data:`_ONE_BYTE`."""
+    lo, hi = r
+    return 0x20 <= lo and hi <= 0x7F and not (lo <= 0x22 <= hi or lo <= 0x5C <= hi)
+
+
 def _split_ranges(ranges: Ranges, by: Ranges) -> tuple[Ranges, Ranges]:
     """(the part of ``ranges`` inside ``by``, the rest), for normalized ranges (and so are
     both parts)."""
@@ -620,9 +626,14 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
     parts: dict[Ranges, tuple[Ranges, Ranges]] = {}   # (many edges have the same ranges)
     split = {}
     for key, ranges in merged.items():
-        if ranges not in parts:
-            parts[ranges] = _split_ranges(ranges, _ONE_BYTE)
-        split[key] = parts[ranges]
+        got = parts.get(ranges)
+        if got is None:
+            if len(ranges) == 1 and _in_one_byte(ranges[0]):
+                got = (ranges, ())   # (a trie's edges: one character each, mostly ASCII)
+            else:
+                got = _split_ranges(ranges, _ONE_BYTE)
+            parts[ranges] = got
+        split[key] = got
     sources: dict[tuple[Ranges, int], int] = {}
     for (s, t), (_, several) in split.items():
         if several:
@@ -632,7 +643,10 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
     shared: dict[tuple[Ranges, int], int] = {}
     for (s, t), ranges in merged.items():
         one, several = split[(s, t)]
-        if not several or sources[(several, t)] < _SHARE_FROM:
+        if not several:
+            edges.append((s, CharRanges(ranges), t))   # (label spells these as themselves)
+            continue
+        if sources[(several, t)] < _SHARE_FROM:
             edges.append((s, labelled(ranges), t))
             continue
         if one:

@@ -37,22 +37,22 @@ def is_nothing(rx: Regex) -> bool:
     return isinstance(rx, Alt) and not rx.items
 
 
-def _repeat_parts(rx: Regex) -> tuple[Regex, int, int | None]:
-    """(item, min, max) of ``rx`` seen as a repeat (``x`` is ``x{1,1}``)."""
-    if isinstance(rx, Repeat):
-        return rx.item, rx.min, rx.max
-    return rx, 1, 1
-
-
 def _add(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a + b
 
 
 def _merge_repeats(x: Regex, y: Regex) -> Regex | None:
     """``x y`` as one Repeat when both repeat the same regex (``a a*`` -> ``a+``)."""
-    xi, xmin, xmax = _repeat_parts(x)
-    yi, ymin, ymax = _repeat_parts(y)
-    if xi is not yi and xi != yi:
+    # (inline: seq tries this for most neighbours)
+    if x.__class__ is Repeat:
+        xi, xmin, xmax = x.item, x.min, x.max
+    else:
+        xi, xmin, xmax = x, 1, 1
+    if y.__class__ is Repeat:
+        yi, ymin, ymax = y.item, y.min, y.max
+    else:
+        yi, ymin, ymax = y, 1, 1
+    if xi is not yi and (xi.__class__ is not yi.__class__ or xi != yi):
         return None
     return Repeat(xi, xmin + ymin, _add(xmax, ymax))
 
@@ -198,8 +198,12 @@ def regex_size(rx: Regex) -> int:
     return _Sizes().measure(rx)[0]
 
 
+_WALKED = (Seq, Alt, Repeat, Automaton)
+
+
 class _Sizes:
-    """(size, depth, expanded size) of regex nodes, memoized by node identity.
+    """(size, depth, expanded size) of regex nodes, memoized by node identity, found in
+    one walk.
 
     One instance serves every rule of a grammar: a rule's regex contains the regexes of
     the rules it uses, so measuring each from scratch would walk them again and again.
@@ -207,56 +211,55 @@ class _Sizes:
     """
 
     def __init__(self):
-        self._memo: dict[int, tuple[Regex, int, int]] = {}
-        self._expanded: dict[int, tuple[Regex, int]] = {}
+        self._memo: dict[int, tuple[Regex, int, int, int]] = {}
+
+    def _of(self, rx: Regex) -> tuple[Regex, int, int, int]:
+        """(rx, size, depth, expanded) of ``rx``."""
+        memo = self._memo
+        got = memo.get(id(rx))
+        if got is not None:
+            return got
+        of = self._of
+        kind = rx.__class__
+        if kind is CharRanges or kind is ByteRanges:
+            got = memo[id(rx)] = (rx, 1, 1, 1)
+            return got
+        if kind not in _WALKED:   # a subclass is walked as its base; a leaf is one node
+            kind = next((c for c in _WALKED if isinstance(rx, c)), None)
+        if kind is Seq or kind is Alt:
+            # (the children mostly measured already: looked up here, not walked)
+            size, depth, n = 1, 0, 1
+            for item in rx.items:
+                known = memo.get(id(item))
+                if known is None:
+                    known = of(item)
+                size += known[1]
+                if known[2] > depth:
+                    depth = known[2]
+                n += known[3]
+            depth += 1
+        elif kind is Repeat:
+            _, size, depth, n = of(rx.item)
+            size, depth = size + 1, depth + 1
+            n = 1 + n * (rx.max if rx.max is not None else rx.min + 1)
+        elif kind is Automaton:
+            parts = [of(label) for _, label, _ in rx.edges]
+            size = 1 + rx.n_states + sum(p[1] for p in parts)
+            depth = 1 + max((p[2] for p in parts), default=0)
+            n = rx.n_states + sum(p[3] for p in parts)
+        else:
+            size = depth = n = 1
+        got = memo[id(rx)] = (rx, size, depth, n)
+        return got
 
     def measure(self, rx: Regex) -> tuple[int, int]:
         """(size, depth) of ``rx``."""
-        memo = self._memo
-        got = memo.get(id(rx))
-        if got is None:
-            measure = self.measure
-            if isinstance(rx, (Seq, Alt)):
-                # (the children mostly measured already: looked up here, not called)
-                size, depth = 1, 0
-                for item in rx.items:
-                    known = memo.get(id(item))
-                    s, d = measure(item) if known is None else (known[1], known[2])
-                    size += s
-                    if d > depth:
-                        depth = d
-                depth += 1
-            elif isinstance(rx, Repeat):
-                size, depth = measure(rx.item)
-                size, depth = size + 1, depth + 1
-            elif isinstance(rx, Automaton):
-                parts = [measure(label) for _, label, _ in rx.edges]
-                size = 1 + rx.n_states + sum(p[0] for p in parts)
-                depth = 1 + max((p[1] for p in parts), default=0)
-            else:
-                size, depth = 1, 1
-            got = self._memo[id(rx)] = (rx, size, depth)
+        got = self._of(rx)
         return got[1], got[2]
 
     def expanded(self, rx: Regex) -> int:
         """Automaton positions once counted repeats are unrolled (what the DFA will cost)."""
-        memo = self._expanded
-        got = memo.get(id(rx))
-        if got is None:
-            size = self.expanded
-            if isinstance(rx, (Seq, Alt)):
-                n = 1
-                for item in rx.items:
-                    known = memo.get(id(item))
-                    n += size(item) if known is None else known[1]
-            elif isinstance(rx, Repeat):
-                n = 1 + size(rx.item) * (rx.max if rx.max is not None else rx.min + 1)
-            elif isinstance(rx, Automaton):
-                n = rx.n_states + sum(size(label) for _, label, _ in rx.edges)
-            else:
-                n = 1
-            got = self._expanded[id(rx)] = (rx, n)
-        return got[1]
+        return self._of(rx)[3]
 
 
 # --------------------------------------------------------------------------------------
