@@ -17,7 +17,7 @@ from gramgen.automata.dfa import ByteDFA, compile_regex
 from gramgen.automata.utf8 import encode_sequences, utf8_automaton
 from gramgen.errors import CompileLimitError
 from gramgen.grammar.ir import (EMPTY, NOTHING, Alt, Automaton, ByteRanges, CharRanges, Repeat, Seq,
-                                byte_literal, literal)
+                                byte_literal, literal, normalize_ranges)
 from gramgen.grammar.regex import parse_regex
 
 UNIVERSE = ((0, 0xD7FF), (0xE000, 0x10FFFF))
@@ -193,6 +193,26 @@ def test_charranges_exact_over_all_codepoints(ranges):
         want[lo:hi + 1] = True
     want[0xD800:0xE000] = False
     assert np.array_equal(got, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 0x7F), st.integers(0, 0x7F)).map(sorted).map(tuple),
+                min_size=1, max_size=6), st.booleans())
+def test_ascii_classes_are_encoded_as_their_utf8_automaton(ranges, as_lists):
+    """The program encoder writes an ASCII class directly (one state, its ranges as edges):
+    the same words as from its UTF-8 automaton, for unsorted, overlapping, adjacent ranges
+    given as tuples or lists."""
+    from gramgen.automata.dfa import _Program
+    from gramgen.automata.utf8 import EXIT
+
+    rx = CharRanges([list(r) for r in ranges] if as_lists else tuple(ranges))
+    automaton = utf8_automaton(normalize_ranges(ranges))
+    want = [_Program.CHARS, len(automaton)]
+    for edges in automaton:
+        want.append(len(edges))
+        for lo, hi, target in edges:
+            want += (lo, hi, -1 if target == EXIT else target)
+    assert _Program()._leaf_words(rx) == want
 
 
 def _valid_utf8_char(data: bytes) -> bool:

@@ -599,6 +599,14 @@ class _Program:
             ranges = [(max(lo, 0), min(hi, 255)) for lo, hi in normalize_ranges(rx.ranges)]
             ranges = [r for r in ranges if r[0] <= r[1]]
             return [self.BYTES, len(ranges), *chain.from_iterable(ranges)]
+        ranges = normalize_ranges(rx.ranges)   # (as it is when normal already)
+        if ranges and ranges[-1][1] < 0x80 and ranges[0][0] >= 0:
+            # ASCII: one state whose edges are the ranges (what utf8_automaton gives),
+            # without building it (a few dozen such classes per schema: digits, hex)
+            words = [self.CHARS, 1, len(ranges)]
+            for lo, hi in ranges:
+                words += (lo, hi, -1)
+            return words
         automaton = _char_automaton(rx.ranges)
         words = [self.CHARS, len(automaton)]
         for edges in automaton:
