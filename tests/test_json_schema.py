@@ -134,6 +134,29 @@ def test_array_bounds_cost_log_rules(schema):
         assert not accepts(cg, compact([True, "a"] + [None] * lo))
 
 
+def test_one_byte_split_and_adjacent_join_equal_the_general_ones():
+    """``to_automaton`` cuts a state's ranges with ``cpdfa._split_one_byte`` and joins a
+    group's sorted ranges with ``cpdfa._join_adjacent``: the same as the general
+    ``_split_ranges(ranges, _ONE_BYTE)`` and ``normalize_ranges``, on ranges around the
+    one-byte bounds (``"``, ``\\``, DEL, controls) and beyond ASCII."""
+    from gramgen.grammar.ir import normalize_ranges
+
+    rng = random.Random(0)
+    points = [0, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7E, 0x7F, 0x80, 0xFF, 0xD7FF, 0xE000,
+              0x10FFFF]
+    for _ in range(5000):
+        cuts = sorted(set(rng.sample(points, rng.randint(2, 8))
+                          + [rng.randint(0, 0x100) for _ in range(rng.randint(0, 6))]))
+        ranges = normalize_ranges(tuple((cuts[i], cuts[i + 1]) for i in range(0, len(cuts) - 1, 2)))
+        assert cpdfa._split_one_byte(ranges) == cpdfa._split_ranges(ranges, cpdfa._ONE_BYTE), ranges
+        touching, at = [], rng.randint(0, 0x90)
+        for _ in range(rng.randint(1, 8)):
+            hi = at + rng.randint(0, 3)
+            touching.append((at, hi))
+            at = hi + 1 + rng.choice([0, 0, 1, 5])
+        assert cpdfa._join_adjacent(touching) == normalize_ranges(tuple(touching)), touching
+
+
 _NAME_CHARS = ["a", "b", "c", "\x00", '"', "\\", "\u00e9", "\u4e2d", "\U0001F600", "\ud800",
                "\ue000", "\U0010FFFF", "\ud7ff"]
 

@@ -569,6 +569,37 @@ def _in_one_byte(r: tuple[int, int]) -> bool:
     return 0x20 <= lo and hi <= 0x7F and not (lo <= 0x22 <= hi or lo <= 0x5C <= hi)
 
 
+def _join_adjacent(ranges: list[tuple[int, int]]) -> Ranges:
+    """Sorted disjoint ranges with adjacent ones joined (what normalize_ranges gives for
+    them, without checking that they are sorted and disjoint)."""
+    out = [ranges[0]]
+    for r in ranges[1:]:
+        last = out[-1]
+        if r[0] == last[1] + 1:
+            out[-1] = (last[0], r[1])
+        else:
+            out.append(r)
+    return tuple(out)
+
+
+def _split_one_byte(ranges: Ranges) -> tuple[Ranges, Ranges]:
+    """:func:`_split_ranges` by :data:`_ONE_BYTE`: ranges that lie within it (most gaps
+    between a trie node's children) go in whole, the others are cut."""
+    inside: list[tuple[int, int]] = []
+    rest: list[tuple[int, int]] = []
+    for r in ranges:
+        lo, hi = r
+        if hi < 0x20 or lo > 0x7F:
+            rest.append(r)
+        elif 0x20 <= lo and hi <= 0x7F and not (lo <= 0x22 <= hi or lo <= 0x5C <= hi):
+            inside.append(r)
+        else:
+            a, b = _split_ranges((r,), _ONE_BYTE)
+            inside += a
+            rest += b
+    return tuple(inside), tuple(rest)
+
+
 def _split_ranges(ranges: Ranges, by: Ranges) -> tuple[Ranges, Ranges]:
     """(the part of ``ranges`` inside ``by``, the rest), for normalized ranges (and so are
     both parts)."""
@@ -608,10 +639,6 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
     instead of passing the size limit by a factor of ten."""
     if dfa.is_empty():
         return Alt(())
-    grouped: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for s, out in enumerate(dfa.edges):
-        for lo, hi, t in out:
-            grouped.setdefault((s, t), []).append((lo, hi))
     cache: dict[Ranges, Regex] = {}
 
     def labelled(key: Ranges) -> Regex:
@@ -619,30 +646,37 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
             cache[key] = label(key)
         return cache[key]
 
-    # (a state's edges are sorted: a group is in order, most often one range or ranges
-    # apart, which normalize_ranges returns as they are)
-    merged = {key: (ranges[0],) if len(ranges) == 1 else normalize_ranges(tuple(ranges))
-              for key, ranges in grouped.items()}
+    # per (state, target), in order: the ranges (a state's edges are sorted and disjoint,
+    # so a group is too: only adjacent ranges join) and their one-byte and other parts
+    groups: list[tuple[int, int, Ranges, Ranges, Ranges]] = []
     parts: dict[Ranges, tuple[Ranges, Ranges]] = {}   # (many edges have the same ranges)
-    split = {}
-    for key, ranges in merged.items():
-        got = parts.get(ranges)
-        if got is None:
-            if len(ranges) == 1 and _in_one_byte(ranges[0]):
-                got = (ranges, ())   # (a trie's edges: one character each, mostly ASCII)
-            else:
-                got = _split_ranges(ranges, _ONE_BYTE)
-            parts[ranges] = got
-        split[key] = got
     sources: dict[tuple[Ranges, int], int] = {}
-    for (s, t), (_, several) in split.items():
-        if several:
-            sources[(several, t)] = sources.get((several, t), 0) + 1
+    for s, out in enumerate(dfa.edges):
+        by_target: dict[int, list[tuple[int, int]]] = {}
+        for lo, hi, t in out:
+            found = by_target.get(t)
+            if found is None:
+                by_target[t] = [(lo, hi)]
+            else:
+                found.append((lo, hi))
+        for t, found in by_target.items():
+            ranges = (found[0],) if len(found) == 1 else _join_adjacent(found)
+            got = parts.get(ranges)
+            if got is None:
+                if len(ranges) == 1 and _in_one_byte(ranges[0]):
+                    got = (ranges, ())   # (a trie's edges: one character each, mostly ASCII)
+                else:
+                    got = _split_one_byte(ranges)
+                parts[ranges] = got
+            one, several = got
+            if several:
+                key = (several, t)
+                sources[key] = sources.get(key, 0) + 1
+            groups.append((s, t, ranges, one, several))
     edges = []
     n_states = dfa.n_states
     shared: dict[tuple[Ranges, int], int] = {}
-    for (s, t), ranges in merged.items():
-        one, several = split[(s, t)]
+    for s, t, ranges, one, several in groups:
         if not several:
             edges.append((s, CharRanges(ranges), t))   # (label spells these as themselves)
             continue
