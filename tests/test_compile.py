@@ -159,3 +159,32 @@ def test_compiling_leaves_no_reference_cycles():
         if enabled:
             gc.enable()
     assert found == [0, 0, 0]
+
+
+def test_productive_symbols_is_the_least_fixed_point():
+    """``ir.productive_symbols`` (a work list: each rule counts its symbols not known
+    productive) finds what iterating "a rule whose symbols are all productive makes its
+    left-hand side productive" to a fixed point finds, on random grammars with cycles,
+    empty rules, repeated symbols and undefined ones."""
+    import random
+
+    from gramgen.grammar.ir import Rule, productive_symbols
+
+    def fixed_point(rules, terminals):
+        out, changed = set(terminals), True
+        while changed:
+            changed = False
+            for r in rules:
+                if r.lhs not in out and all(s in out for s in r.rhs):
+                    out.add(r.lhs)
+                    changed = True
+        return out
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        nts = [f"n{i}" for i in range(rng.randint(1, 8))]
+        terms = [f"T{i}" for i in range(rng.randint(0, 3))]
+        pool = nts + terms + ["undefined"]
+        rules = [Rule(rng.choice(nts), tuple(rng.choice(pool) for _ in range(rng.randint(0, 3))))
+                 for _ in range(rng.randint(0, 12))]
+        assert productive_symbols(rules, terms) == fixed_point(rules, terms), rules

@@ -314,16 +314,25 @@ class ParserTables:
     def _follow_bytes(self) -> list[int]:
         """For each lexeme, a bitmask of the bytes that can come right after it ends: the
         first bytes of the lexemes that may follow it (see :meth:`_follow_lexemes`)."""
-        return [self._first_bytes_of(mask) for mask in self.follow_lexemes]
+        # (lexemes share their followers: each set once)
+        memo: dict[int, int] = {}
+        out = []
+        for mask in self.follow_lexemes:
+            found = memo.get(mask)
+            if found is None:
+                found = memo[mask] = self._first_bytes_of(mask)
+            out.append(found)
+        return out
 
     def _first_bytes_of(self, lexemes: int) -> int:
         """The bytes (a bitmask) that start one of ``lexemes`` (a bitmask over lexemes)."""
-        acc = k = 0
+        acc = 0
         while lexemes:
-            if lexemes & 1 and self.lex_dfas[k].n_states:
+            low = lexemes & -lexemes
+            k = low.bit_length() - 1
+            if self.lex_dfas[k].n_states:
                 acc |= self.lex_first_bytes[k][0]
-            lexemes >>= 1
-            k += 1
+            lexemes ^= low
         return acc
 
     def follow_bytes_of(self, nonterminal: int) -> int:

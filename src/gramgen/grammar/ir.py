@@ -217,13 +217,27 @@ def productive_symbols(rules: list[Rule], terminals) -> set[str]:
     """The symbols that derive some finite string: ``terminals`` and every nonterminal
     with a rule whose symbols are all productive (least fixed point)."""
     productive = set(terminals)
-    changed = True
-    while changed:
-        changed = False
-        for r in rules:
-            if r.lhs not in productive and all(s in productive for s in r.rhs):
-                productive.add(r.lhs)
-                changed = True
+    # each rule counts its symbols not known productive yet; a symbol found productive
+    # counts down the rules waiting on it (one pass over the rules, not one per level)
+    missing: list[int] = []
+    waiting: dict[str, list[int]] = {}
+    found: list[str] = []
+    for i, r in enumerate(rules):
+        need = {s for s in r.rhs if s not in productive}
+        missing.append(len(need))
+        for s in need:
+            waiting.setdefault(s, []).append(i)
+        if not need:
+            found.append(r.lhs)
+    while found:
+        sym = found.pop()
+        if sym in productive:
+            continue
+        productive.add(sym)
+        for i in waiting.get(sym, ()):
+            missing[i] -= 1
+            if not missing[i]:
+                found.append(rules[i].lhs)
     return productive
 
 

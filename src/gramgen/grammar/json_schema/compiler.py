@@ -1403,12 +1403,14 @@ class SchemaCompiler:
                 continue
             entries.append((name, sym, name in required))
         # keys beyond the declared ones
-        declared_dfa = cpdfa.words_dfa(declared) if declared else None
+        declared_dfa = None   # (made for the first pattern region: most objects have none)
         extra_kinds = []  # (key automaton, value schema)
         covered = None
         for key, matched in self._key_regions([d for _, d, _ in pattern_dfas], node):
             covered = key if covered is None else _union_dfa(covered, key)
-            if declared_dfa is not None:
+            if declared:
+                if declared_dfa is None:
+                    declared_dfa = cpdfa.words_dfa(declared)
                 key = cpdfa.difference(key, declared_dfa)
             if names_dfa is not None:
                 key = cpdfa.intersect(key, names_dfa)
