@@ -134,6 +134,28 @@ def test_array_bounds_cost_log_rules(schema):
         assert not accepts(cg, compact([True, "a"] + [None] * lo))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_all_but_knows_its_groups(seed):
+    """``cpdfa.all_but`` hands ``to_automaton`` its edges grouped per target (most trie
+    nodes have children within the one-byte characters): the groups ``_state_groups``
+    finds from the edges, and the same automaton as from the edges alone, for names with
+    controls, quotes, backslashes, DEL, non-ASCII and surrogates."""
+    from gramgen.grammar.json_schema import strings
+
+    rng = random.Random(seed)
+    chars = [*_NAME_CHARS, "z", " ", "!", "#", "~", "\x7f", "\x1f", "\x80", "[", "]"]
+    for _ in range(400):
+        words = sorted({"".join(rng.choice(chars) for _ in range(rng.randint(0, 5)))
+                        for _ in range(rng.randint(0, 8))})
+        but = cpdfa.all_but(words)
+        found: list = []
+        for s, out in enumerate(but.edges):
+            cpdfa._state_groups(s, out, {}, found)
+        assert but.groups is None or but.groups == found, words
+        plain = cpdfa.CodepointDFA(but.edges, but.accepting)
+        assert cpdfa.to_automaton(but, strings.json_char) == cpdfa.to_automaton(plain, strings.json_char)
+
+
 def test_one_byte_split_and_adjacent_join_equal_the_general_ones():
     """``to_automaton`` cuts a state's ranges with ``cpdfa._split_one_byte`` and joins a
     group's sorted ranges with ``cpdfa._join_adjacent``: the same as the general

@@ -28,11 +28,14 @@ class CodepointDFA:
     """A DFA over code points: ``edges[s]`` holds sorted disjoint ``(lo, hi, target)``;
     state 0 is the start; a missing range means rejection."""
 
-    __slots__ = ("edges", "accepting")
+    __slots__ = ("edges", "accepting", "groups")
 
-    def __init__(self, edges: list[Edges], accepting: list[bool]):
+    def __init__(self, edges: list[Edges], accepting: list[bool], groups: list | None = None):
         self.edges = edges
         self.accepting = accepting
+        #: the edges as :func:`to_automaton` groups them, where the maker knew them (see
+        #: :func:`all_but`); None: found from the edges
+        self.groups = groups
 
     @property
     def n_states(self) -> int:
@@ -436,8 +439,43 @@ def all_but(words) -> CodepointDFA:
         return CodepointDFA([[(lo, hi, 0) for lo, hi in ANY_CHAR]], [True])
     free = trie.n_states
     edges: list[Edges] = []
+    groups: list = []   # (see to_automaton)
+    parts: dict = {}
     for out in trie.edges:
-        mine: Edges = []
+        s = len(edges)
+        if out and all(0x20 <= c <= 0x7F and c != 0x22 and c != 0x5C for c, _, _ in out):
+            # (most nodes: children within _ONE_BYTE. Their groups as _state_groups finds
+            # them, known here: the gaps to the free state first, whose one-byte part is
+            # _ONE_BYTE without the children and whose rest is that of any character;
+            # then each child, spelled as itself)
+            mine: Edges = []
+            gaps: list[tuple[int, int]] = []
+            at = 0
+            for c, _, t in out:
+                if c > at:
+                    gaps.append((at, c - 1))
+                    mine.append((at, c - 1, free))
+                mine.append((c, c, t))
+                at = c + 1
+            gaps += ((at, 0xD7FF), (0xE000, MAX_CODEPOINT))
+            mine += ((at, 0xD7FF, free), (0xE000, MAX_CODEPOINT, free))
+            edges.append(mine)
+            one: list[tuple[int, int]] = []
+            j, n = 0, len(out)
+            for lo, hi in _ONE_BYTE:
+                at = lo
+                while j < n and out[j][0] <= hi:
+                    c = out[j][0]
+                    if c > at:
+                        one.append((at, c - 1))
+                    at = c + 1
+                    j += 1
+                if at <= hi:
+                    one.append((at, hi))
+            groups.append((s, free, tuple(gaps), tuple(one), _SEVERAL_OF_ANY))
+            groups.extend((s, t, ((c, c),), ((c, c),), ()) for c, _, t in out)
+            continue
+        mine = []
         at_range = 0
         lo, hi = ANY_CHAR[0]
         # the children, ascending, cut out of ANY_CHAR in one pass: what
@@ -461,8 +499,10 @@ def all_but(words) -> CodepointDFA:
                 break
             lo, hi = ANY_CHAR[at_range]
         edges.append(mine)
+        _state_groups(s, mine, parts, groups)
     edges.append([(lo, hi, free) for lo, hi in ANY_CHAR])
-    return CodepointDFA(edges, [not t for t in trie.accepting] + [True])
+    _state_groups(free, edges[-1], parts, groups)
+    return CodepointDFA(edges, [not t for t in trie.accepting] + [True], groups)
 
 
 # ---------------------------------------------------------------- algebra
@@ -622,6 +662,30 @@ def _split_ranges(ranges: Ranges, by: Ranges) -> tuple[Ranges, Ranges]:
     return tuple(inside), tuple(rest)
 
 
+def _state_groups(s: int, out: Edges, parts: dict, groups: list) -> None:
+    """Append to ``groups`` state ``s``'s edges ``out`` grouped per target, in order of
+    first appearance: ``(s, target, ranges, one-byte part, other part)``. A state's edges
+    are sorted and disjoint, so a group is too: only adjacent ranges join. ``parts``:
+    the splits made so far (many edges have the same ranges)."""
+    by_target: dict[int, list[tuple[int, int]]] = {}
+    for lo, hi, t in out:
+        found = by_target.get(t)
+        if found is None:
+            by_target[t] = [(lo, hi)]
+        else:
+            found.append((lo, hi))
+    for t, found in by_target.items():
+        ranges = (found[0],) if len(found) == 1 else _join_adjacent(found)
+        got = parts.get(ranges)
+        if got is None:
+            if len(ranges) == 1 and _in_one_byte(ranges[0]):
+                got = (ranges, ())   # (a trie's edges: one character each, mostly ASCII)
+            else:
+                got = _split_one_byte(ranges)
+            parts[ranges] = got
+        groups.append((s, t, ranges, *got))
+
+
 def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
     """The DFA as an IR :class:`Automaton` whose edge for a set of code points is
     ``label(ranges)`` (e.g. every JSON spelling of those characters). ``label`` must spell
@@ -646,33 +710,15 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
             cache[key] = label(key)
         return cache[key]
 
-    # per (state, target), in order: the ranges (a state's edges are sorted and disjoint,
-    # so a group is too: only adjacent ranges join) and their one-byte and other parts
-    groups: list[tuple[int, int, Ranges, Ranges, Ranges]] = []
-    parts: dict[Ranges, tuple[Ranges, Ranges]] = {}   # (many edges have the same ranges)
+    groups = dfa.groups
+    if groups is None:
+        groups, parts = [], {}
+        for s, out in enumerate(dfa.edges):
+            _state_groups(s, out, parts, groups)
     sources: dict[tuple[Ranges, int], int] = {}
-    for s, out in enumerate(dfa.edges):
-        by_target: dict[int, list[tuple[int, int]]] = {}
-        for lo, hi, t in out:
-            found = by_target.get(t)
-            if found is None:
-                by_target[t] = [(lo, hi)]
-            else:
-                found.append((lo, hi))
-        for t, found in by_target.items():
-            ranges = (found[0],) if len(found) == 1 else _join_adjacent(found)
-            got = parts.get(ranges)
-            if got is None:
-                if len(ranges) == 1 and _in_one_byte(ranges[0]):
-                    got = (ranges, ())   # (a trie's edges: one character each, mostly ASCII)
-                else:
-                    got = _split_one_byte(ranges)
-                parts[ranges] = got
-            one, several = got
-            if several:
-                key = (several, t)
-                sources[key] = sources.get(key, 0) + 1
-            groups.append((s, t, ranges, one, several))
+    for _, t, _, _, several in groups:
+        if several:
+            sources[(several, t)] = sources.get((several, t), 0) + 1
     edges = []
     n_states = dfa.n_states
     shared: dict[tuple[Ranges, int], int] = {}
@@ -698,6 +744,8 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
 
 
 ANY_CHAR: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
+#: what of :data:`ANY_CHAR` is not in :data:`_ONE_BYTE` (controls, ``"``, ``\\``, non-ASCII)
+_SEVERAL_OF_ANY: Ranges = _split_ranges(ANY_CHAR, _ONE_BYTE)[1]
 
 
 def as_regex(dfa: CodepointDFA) -> Regex:
