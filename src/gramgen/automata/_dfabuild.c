@@ -338,72 +338,42 @@ done:
 
 /* ------------------------------------------------------ trim, minimize, renumber */
 
-/* Hopcroft's partition refinement on the live states plus an explicit sink (the DFA is
- * completed so that the textbook algorithm applies; no live state is equivalent to the
- * sink, because every live state reaches acceptance). The sink starts in a block of its
- * own that is never split and never a splitter: with a total transition function,
- * splitting by every block but one splits by that one too, so the work list may leave
- * one initial block out. Leaving out the sink means its in-edges, one per missing
- * transition of the DFA (most of them), are never walked nor stored. Blocks are
- * contiguous ranges of `elems`; marking moves a state to the front of its block.
- * Returns block per state. */
+/* Hopcroft's partition refinement on the states plus an explicit sink n (the DFA is
+ * completed so that the textbook algorithm applies). group_of[s]: 0 accepting, 1 another
+ * live state (one that reaches acceptance), 2 dead. The sink and the dead states start in
+ * one block (all equivalent: none reaches acceptance, and none has an edge to a live
+ * state), never split and never a splitter: with a total transition function, splitting
+ * by every block but one splits by that one too, so the work list may leave one initial
+ * block out. Leaving out the sink means its in-edges, one per missing transition of the
+ * DFA (most of them), are never walked. in_off / in_src / in_cls: the in-edges (source,
+ * class) of each state, as CSR over 0..n-1. Blocks are contiguous ranges of `elems`;
+ * marking moves a state to the front of its block. Returns block per state. */
 static int
-hopcroft(int32_t n, int32_t k, const int32_t *trans, const int32_t *accepting, int32_t *blk_out)
+hopcroft(int32_t n, int32_t k, const int64_t *in_off, const int32_t *in_src, const int32_t *in_cls,
+         const char *group_of, int32_t *blk_out)
 {
-    /* states 0..n-1, sink n */
+    /* states 0..n-1, sink n; in_off[t]..in_off[t+1]: the in-edges (source, class) of t */
     const int32_t N = n + 1;
     int status = NO_MEMORY;
-    int64_t *in_off = calloc((size_t)N + 1, sizeof(int64_t));
     int64_t *cnt = malloc(((size_t)k + 1) * sizeof(int64_t));
     int32_t *elems = malloc((size_t)N * sizeof(int32_t)), *loc = malloc((size_t)N * sizeof(int32_t));
     int32_t *first = malloc((size_t)N * sizeof(int32_t)), *end = malloc((size_t)N * sizeof(int32_t));
     int32_t *mid = malloc((size_t)N * sizeof(int32_t)), *work = malloc((size_t)N * sizeof(int32_t));
     char *in_work = calloc((size_t)N, 1);
     int32_t *touched = malloc((size_t)N * sizeof(int32_t));
-    int32_t *in_src = NULL, *in_cls = NULL, *pre = NULL;
+    int32_t *pre = malloc((size_t)in_off[n] * sizeof(int32_t) + 4);
     int32_t *blk = blk_out;
-    if (!in_off || !cnt || !elems || !loc || !first || !end || !mid || !work || !in_work || !touched)
+    if (!cnt || !elems || !loc || !first || !end || !mid || !work || !in_work || !touched || !pre)
         goto done;
-    /* in-edges (source, class) per target, targets other than the sink */
-    int64_t n_edges = 0;
-    for (int32_t s = 0; s < n; s++)
-        for (int32_t c = 0; c < k; c++) {
-            int32_t t = trans[(size_t)s * k + c];
-            if (t >= 0) {
-                in_off[t + 1]++;
-                n_edges++;
-            }
-        }
-    for (int32_t t = 0; t < N; t++)
-        in_off[t + 1] += in_off[t];
-    in_src = malloc((size_t)n_edges * sizeof(int32_t) + 4);
-    in_cls = malloc((size_t)n_edges * sizeof(int32_t) + 4);
-    pre = malloc((size_t)n_edges * sizeof(int32_t) + 4);
-    if (!in_src || !in_cls || !pre)
-        goto done;
-    {
-        int64_t *fill = malloc(((size_t)N + 1) * sizeof(int64_t));
-        if (!fill)
-            goto done;
-        memcpy(fill, in_off, ((size_t)N + 1) * sizeof(int64_t));
-        for (int32_t s = 0; s < n; s++)
-            for (int32_t c = 0; c < k; c++) {
-                int32_t t = trans[(size_t)s * k + c];
-                if (t >= 0) {
-                    int64_t at = fill[t]++;
-                    in_src[at] = s;
-                    in_cls[at] = c;
-                }
-            }
-        free(fill);
-    }
-    /* initial partition: accepting states, the other live states, the sink; the work
-     * list holds the first two */
+    /* initial partition: accepting states, the other live states, the sink with the
+     * dead states (equivalent to it: they never reach acceptance); the work list holds
+     * the first two. No dead state has an edge to a live one, and the sink's block is
+     * never a splitter: the in-edges of dead states are never walked */
     int32_t n_blocks = 0, pos = 0;
     for (int pass = 0; pass < 3; pass++) {
         int32_t start = pos;
         for (int32_t s = 0; s < N; s++) {
-            int32_t group = s == n ? 2 : (accepting[s] ? 0 : 1);
+            int32_t group = s == n ? 2 : group_of[s];
             if (group == pass) {
                 elems[pos] = s;
                 loc[s] = pos++;
@@ -418,7 +388,7 @@ hopcroft(int32_t n, int32_t k, const int32_t *trans, const int32_t *accepting, i
     }
     int32_t n_work = 0;
     for (int32_t b = 0; b < n_blocks; b++) {
-        if (elems[first[b]] == n)
+        if (b == blk[n])
             continue;  /* the sink's block */
         work[n_work++] = b;
         in_work[b] = 1;
@@ -481,10 +451,7 @@ hopcroft(int32_t n, int32_t k, const int32_t *trans, const int32_t *accepting, i
     }
     status = OK;
 done:
-    free(in_off);
     free(cnt);
-    free(in_src);
-    free(in_cls);
     free(pre);
     free(elems);
     free(loc);
@@ -505,37 +472,44 @@ trim_minimize(Build *b)
     const int32_t n = b->n_dfa, k = b->nfa.n_classes;
     int status = NO_MEMORY;
     int32_t *trans = b->trans.v, *acc = b->accepting.v;
-    int64_t *pred_off = calloc((size_t)n + 1, sizeof(int64_t));
-    int32_t *preds = malloc((size_t)n * k * sizeof(int32_t) + 1);
+    /* in-edges (source, class) per target: for the live states and for Hopcroft */
+    int64_t *in_off = calloc((size_t)n + 2, sizeof(int64_t));
+    int32_t *in_src = NULL, *in_cls = NULL;
     char *live = calloc((size_t)n + 1, 1);
     int32_t *queue = malloc(((size_t)n + 1) * sizeof(int32_t));
-    int32_t *new_id = malloc(((size_t)n + 1) * sizeof(int32_t));
-    int32_t *ltrans = NULL, *lacc = NULL, *blk = NULL, *bid = NULL, *rep = NULL, *order = NULL;
+    int32_t *blk = malloc(((size_t)n + 1) * sizeof(int32_t)), *bid = NULL, *rep = NULL, *order = NULL;
     int32_t *out_t = NULL, *out_a = NULL;
-    if (!pred_off || !preds || !live || !queue || !new_id)
+    if (!in_off || !live || !queue || !blk)
         goto done;
-    /* live = can reach acceptance */
     for (int32_t s = 0; s < n; s++)
         for (int32_t c = 0; c < k; c++) {
             int32_t t = trans[(size_t)s * k + c];
             if (t >= 0)
-                pred_off[t + 1]++;
+                in_off[t + 1]++;
         }
-    for (int32_t s = 0; s < n; s++)
-        pred_off[s + 1] += pred_off[s];
+    for (int32_t s = 0; s <= n; s++)
+        in_off[s + 1] += in_off[s];
+    in_src = malloc((size_t)in_off[n] * sizeof(int32_t) + 4);
+    in_cls = malloc((size_t)in_off[n] * sizeof(int32_t) + 4);
+    if (!in_src || !in_cls)
+        goto done;
     {
         int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
         if (!fill)
             goto done;
-        memcpy(fill, pred_off, ((size_t)n + 1) * sizeof(int64_t));
+        memcpy(fill, in_off, ((size_t)n + 1) * sizeof(int64_t));
         for (int32_t s = 0; s < n; s++)
             for (int32_t c = 0; c < k; c++) {
                 int32_t t = trans[(size_t)s * k + c];
-                if (t >= 0)
-                    preds[fill[t]++] = s;
+                if (t >= 0) {
+                    int64_t at = fill[t]++;
+                    in_src[at] = s;
+                    in_cls[at] = c;
+                }
             }
         free(fill);
     }
+    /* live = can reach acceptance */
     int32_t qh = 0, qt = 0;
     for (int32_t s = 0; s < n; s++)
         if (acc[s]) {
@@ -544,10 +518,10 @@ trim_minimize(Build *b)
         }
     while (qh < qt) {
         int32_t t = queue[qh++];
-        for (int64_t e = pred_off[t]; e < pred_off[t + 1]; e++)
-            if (!live[preds[e]]) {
-                live[preds[e]] = 1;
-                queue[qt++] = preds[e];
+        for (int64_t e = in_off[t]; e < in_off[t + 1]; e++)
+            if (!live[in_src[e]]) {
+                live[in_src[e]] = 1;
+                queue[qt++] = in_src[e];
             }
     }
     if (n == 0 || !live[0]) {
@@ -556,31 +530,18 @@ trim_minimize(Build *b)
         status = OK;
         goto done;
     }
-    /* the live states, renumbered in order (0 stays 0), edges into dead states cut */
-    int32_t m = 0;
+    /* Hopcroft on the states as they are, the dead ones in the sink's block; the groups
+     * reuse `live` (0 accepting, 1 other live, 2 dead) */
     for (int32_t s = 0; s < n; s++)
-        new_id[s] = live[s] ? m++ : -1;
-    ltrans = malloc((size_t)m * k * sizeof(int32_t));
-    lacc = malloc((size_t)m * sizeof(int32_t));
-    blk = malloc(((size_t)m + 1) * sizeof(int32_t));
-    if (!ltrans || !lacc || !blk)
-        goto done;
-    for (int32_t s = 0; s < n; s++) {
-        if (!live[s])
-            continue;
-        int32_t i = new_id[s];
-        lacc[i] = acc[s];
-        for (int32_t c = 0; c < k; c++) {
-            int32_t t = trans[(size_t)s * k + c];
-            ltrans[(size_t)i * k + c] = t >= 0 ? new_id[t] : -1;
-        }
-    }
-    if ((status = hopcroft(m, k, ltrans, lacc, blk)) != OK)
+        live[s] = live[s] ? (acc[s] ? 0 : 1) : 2;
+    if ((status = hopcroft(n, k, in_off, in_src, in_cls, live, blk)) != OK)
         goto done;
     status = NO_MEMORY;
-    /* the quotient, numbered breadth-first from the start's block in class order */
+    const int32_t dead = blk[n];   /* (the sink's block, which holds the dead states) */
+    /* the quotient, numbered breadth-first from the start's block in class order; edges
+     * into dead states cut */
     int32_t n_blocks = 0;
-    for (int32_t s = 0; s <= m; s++)
+    for (int32_t s = 0; s <= n; s++)
         if (blk[s] + 1 > n_blocks)
             n_blocks = blk[s] + 1;
     bid = malloc((size_t)n_blocks * sizeof(int32_t));
@@ -590,8 +551,8 @@ trim_minimize(Build *b)
         goto done;
     for (int32_t x = 0; x < n_blocks; x++)
         bid[x] = rep[x] = -1;
-    for (int32_t s = 0; s < m; s++)
-        if (rep[blk[s]] < 0)
+    for (int32_t s = 0; s < n; s++)
+        if (blk[s] != dead && rep[blk[s]] < 0)
             rep[blk[s]] = s;
     int32_t n_out = 0;
     bid[blk[0]] = n_out;
@@ -599,8 +560,8 @@ trim_minimize(Build *b)
     for (int32_t i = 0; i < n_out; i++) {
         int32_t r = rep[order[i]];
         for (int32_t c = 0; c < k; c++) {
-            int32_t t = ltrans[(size_t)r * k + c];
-            if (t >= 0 && bid[blk[t]] < 0) {
+            int32_t t = trans[(size_t)r * k + c];
+            if (t >= 0 && blk[t] != dead && bid[blk[t]] < 0) {
                 bid[blk[t]] = n_out;
                 order[n_out++] = blk[t];
             }
@@ -612,10 +573,10 @@ trim_minimize(Build *b)
         goto done;
     for (int32_t i = 0; i < n_out; i++) {
         int32_t r = rep[order[i]];
-        out_a[i] = lacc[r];
+        out_a[i] = acc[r];
         for (int32_t c = 0; c < k; c++) {
-            int32_t t = ltrans[(size_t)r * k + c];
-            out_t[(size_t)i * k + c] = t >= 0 ? bid[blk[t]] : -1;
+            int32_t t = trans[(size_t)r * k + c];
+            out_t[(size_t)i * k + c] = t >= 0 && blk[t] != dead ? bid[blk[t]] : -1;
         }
     }
     free(b->trans.v);
@@ -628,13 +589,11 @@ trim_minimize(Build *b)
     out_t = out_a = NULL;
     status = OK;
 done:
-    free(pred_off);
-    free(preds);
+    free(in_off);
+    free(in_src);
+    free(in_cls);
     free(live);
     free(queue);
-    free(new_id);
-    free(ltrans);
-    free(lacc);
     free(blk);
     free(bid);
     free(rep);
