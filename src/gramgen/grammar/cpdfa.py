@@ -443,7 +443,7 @@ def all_but(words) -> CodepointDFA:
     parts: dict = {}
     for out in trie.edges:
         s = len(edges)
-        if out and all(0x20 <= c <= 0x7F and c != 0x22 and c != 0x5C for c, _, _ in out):
+        if out and all(0x20 <= c <= 0x7F and c != 0x22 and c != 0x5C for c, _, _ in out):   # (_in_one_byte)
             # (most nodes: children within _ONE_BYTE. Their groups as _state_groups finds
             # them, known here: the gaps to the free state first, whose one-byte part is
             # _ONE_BYTE without the children and whose rest is that of any character;
@@ -631,7 +631,7 @@ def _split_one_byte(ranges: Ranges) -> tuple[Ranges, Ranges]:
         lo, hi = r
         if hi < 0x20 or lo > 0x7F:
             rest.append(r)
-        elif 0x20 <= lo and hi <= 0x7F and not (lo <= 0x22 <= hi or lo <= 0x5C <= hi):
+        elif _in_one_byte(r):
             inside.append(r)
         else:
             a, b = _split_ranges((r,), _ONE_BYTE)
