@@ -35,6 +35,8 @@ MALFORMED = [
     ({"const": math.nan}, "/const", "not a JSON number"),
     ({"enum": [{1: 2}]}, "/enum", "key must be a string"),
     ({1: {"type": "string"}}, "", "keys must be strings"),
+    # (inside an unknown keyword's value, which the keyword checks do not read)
+    ({"x-meta": {"a": {0: None}}}, "/x-meta/a", "keys must be strings"),
     ({"properties": {("a",): {}}}, "/properties", "names in properties must be strings"),
     ({"$defs": {"x": {"$defs": {"y": 7}}}}, "/$defs/x/$defs/y", "a schema must be"),
     ({"type": "strnig"}, "/type", "type must be one of"),

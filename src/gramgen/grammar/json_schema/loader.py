@@ -90,6 +90,8 @@ class Resolver:
                 new_resource = True
         out: dict[str, Any] = {}
         for key, value in node.items():
+            if not isinstance(key, str):   # (not JSON: inside an unknown keyword's value, say)
+                raise SchemaError(f"an object's keys must be strings, not {key!r}", pointer)
             if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
                 out[key] = join(base, value)
             elif key in _DATA_KEYWORDS:
