@@ -366,9 +366,7 @@ hopcroft(int32_t n, int32_t k, const int64_t *in_off, const int32_t *in_src, con
     if (!cnt || !elems || !loc || !first || !end || !mid || !work || !in_work || !touched || !pre)
         goto done;
     /* initial partition: accepting states, the other live states, the sink with the
-     * dead states (equivalent to it: they never reach acceptance); the work list holds
-     * the first two. No dead state has an edge to a live one, and the sink's block is
-     * never a splitter: the in-edges of dead states are never walked */
+     * dead states; the work list holds the first two */
     int32_t n_blocks = 0, pos = 0;
     for (int pass = 0; pass < 3; pass++) {
         int32_t start = pos;
@@ -473,7 +471,7 @@ trim_minimize(Build *b)
     int status = NO_MEMORY;
     int32_t *trans = b->trans.v, *acc = b->accepting.v;
     /* in-edges (source, class) per target: for the live states and for Hopcroft */
-    int64_t *in_off = calloc((size_t)n + 2, sizeof(int64_t));
+    int64_t *in_off = calloc((size_t)n + 1, sizeof(int64_t));
     int32_t *in_src = NULL, *in_cls = NULL;
     char *live = calloc((size_t)n + 1, 1);
     int32_t *queue = malloc(((size_t)n + 1) * sizeof(int32_t));
@@ -487,7 +485,7 @@ trim_minimize(Build *b)
             if (t >= 0)
                 in_off[t + 1]++;
         }
-    for (int32_t s = 0; s <= n; s++)
+    for (int32_t s = 0; s < n; s++)
         in_off[s + 1] += in_off[s];
     in_src = malloc((size_t)in_off[n] * sizeof(int32_t) + 4);
     in_cls = malloc((size_t)in_off[n] * sizeof(int32_t) + 4);

@@ -460,19 +460,7 @@ def all_but(words) -> CodepointDFA:
             gaps += ((at, 0xD7FF), (0xE000, MAX_CODEPOINT))
             mine += ((at, 0xD7FF, free), (0xE000, MAX_CODEPOINT, free))
             edges.append(mine)
-            one: list[tuple[int, int]] = []
-            j, n = 0, len(out)
-            for lo, hi in _ONE_BYTE:
-                at = lo
-                while j < n and out[j][0] <= hi:
-                    c = out[j][0]
-                    if c > at:
-                        one.append((at, c - 1))
-                    at = c + 1
-                    j += 1
-                if at <= hi:
-                    one.append((at, hi))
-            groups.append((s, free, tuple(gaps), tuple(one), _SEVERAL_OF_ANY))
+            groups.append((s, free, tuple(gaps), _one_byte_without(out), _SEVERAL_OF_ANY))
             groups.extend((s, t, ((c, c),), ((c, c),), ()) for c, _, t in out)
             continue
         mine = []
@@ -503,6 +491,25 @@ def all_but(words) -> CodepointDFA:
     edges.append([(lo, hi, free) for lo, hi in ANY_CHAR])
     _state_groups(free, edges[-1], parts, groups)
     return CodepointDFA(edges, [not t for t in trie.accepting] + [True], groups)
+
+
+def _one_byte_without(children: Edges) -> Ranges:
+    """:data:`_ONE_BYTE` without the characters of ``children`` (a trie node's edges,
+    ascending, each one character within it): the one-byte part of the node's gaps, what
+    ``_split_one_byte`` gives for them, in one pass."""
+    out: list[tuple[int, int]] = []
+    j, n = 0, len(children)
+    for lo, hi in _ONE_BYTE:
+        at = lo
+        while j < n and children[j][0] <= hi:
+            c = children[j][0]
+            if c > at:
+                out.append((at, c - 1))
+            at = c + 1
+            j += 1
+        if at <= hi:
+            out.append((at, hi))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- algebra

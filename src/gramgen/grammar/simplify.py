@@ -82,8 +82,8 @@ def seq(items: Iterable[Regex]) -> Regex:
                 continue
             if is_nothing(sub):
                 return NOTHING
-            if out and (cls is Repeat or out[-1].__class__ is Repeat or isinstance(sub, Repeat)
-                        or isinstance(out[-1], Repeat) or (out[-1].__class__ is cls and sub == out[-1])):
+            # (repeats by class, as _merge_repeats reads them)
+            if out and (cls is Repeat or out[-1].__class__ is Repeat or (out[-1].__class__ is cls and sub == out[-1])):
                 merged = _merge_repeats(out[-1], sub)
                 if merged is not None:
                     out[-1] = merged
