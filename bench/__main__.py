@@ -240,7 +240,8 @@ def worker_main() -> None:
         emit(event="error", reason=f"{type(e).__name__}: {str(e)[:500]}", traceback=tb[-3000:])
         return
 
-    def run_case(case: dict) -> None:
+    def run_case(case: dict, probes: list | None = None) -> None:
+        """One case; its memory probe is appended to ``probes`` (run now when None)."""
         key = case["key"]
         try:
             try:
@@ -251,14 +252,16 @@ def worker_main() -> None:
             emit(event="grammar", case=key, kind=choice.kind, description=choice.description)
             emit(event="phase", phase="compile", case=key)
             try:
-                with _RssPeak() as rss:
-                    t0 = time.perf_counter()
-                    compiled = adapter.compile(choice)
-                    dt = time.perf_counter() - t0
+                # (timed alone: the memory probe, whose heap trim and sampling thread would
+                # slow this compile and the first masks after it, runs on a compile of its own
+                # once the texts are walked; see _probe_compile_memory)
+                t0 = time.perf_counter()
+                compiled = adapter.compile(choice)
+                dt = time.perf_counter() - t0
             except CompileFailed as e:
                 emit(event="compile_error", case=key, seconds=time.perf_counter() - t0, reason=str(e)[:500])
                 return
-            emit(event="compile", case=key, rep=0, seconds=dt, rss_delta_bytes=rss.delta,
+            emit(event="compile", case=key, rep=0, seconds=dt,
                  compiled_bytes=adapter.compiled_size_bytes(compiled))
             # multi-case workloads: the first compile ran in the case's fresh (forked) process;
             # repeat it there (caches cleared by the adapter, so each is still a cold compile
@@ -299,12 +302,30 @@ def worker_main() -> None:
                     r["rejected_context"] = tok.decode(t["ids"][max(0, k - 12): k + 1])[-80:]
                 emit(event="text", case=key, **r)
             del compiled
+            if probes is None:
+                probe_compile_memory(key, choice, dt)
+            else:
+                probes.append((key, choice, dt))
             emit(event="case_done", case=key)
         except Exception as e:  # noqa: BLE001 - one case's crash is that case's error
             tb = traceback.format_exc()
             sys.stderr.write(tb)
             emit(event="case_error", case=key, reason=f"{type(e).__name__}: {str(e)[:500]}",
                  traceback=tb[-2000:])
+
+    def probe_compile_memory(key: str, choice, first_s: float) -> None:
+        """RSS growth of one more cold compile of a case: the heap trimmed first, RSS
+        sampled by a thread meanwhile. The trim makes the compiles and masks after it pay
+        the page faults of growing the heap again, so the probes of a worker's cases run
+        after all of them (or at the end of a forked case). Skipped where the first compile
+        took over a quarter of the case's time limit."""
+        limit = job.get("case_limit_s")
+        if limit and first_s > limit / 4:
+            return
+        emit(event="phase", phase="memory", case=key)
+        with _RssPeak() as rss:
+            adapter.compile(choice)
+        emit(event="compile_rss", case=key, rss_delta_bytes=rss.delta)
 
     def run_case_forked(case: dict, limit: float) -> None:
         """One case in a child forked from this prepared worker, killed after `limit`
@@ -337,12 +358,18 @@ def worker_main() -> None:
             os.close(fd)
 
     fork = job.get("fork", False) and hasattr(os, "fork") and hasattr(os, "pidfd_open")
+    probes: list = []
     for case in job["cases"]:
         emit(event="phase", phase="case", case=case["key"])
         if fork and not case.get("reps") and job.get("case_limit_s"):
             run_case_forked(case, case_limit(job, case))
         else:
-            run_case(case)
+            run_case(case, probes)
+    for key, choice, first_s in probes:
+        try:
+            probe_compile_memory(key, choice, first_s)
+        except Exception:  # noqa: BLE001 - the case compiled before; no memory figure for it
+            pass
     emit(event="done")
 
 
@@ -463,6 +490,9 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                             cases[cur_case]["reason"] = "job time limit"
                         log("      timeout: job time limit")
                         return res
+                    if phase == "memory":  # (every case is done by then: no figure for the rest)
+                        log(f"      timeout in the memory probe of {key}")
+                        return res
                     if phase == "prepare":
                         res["timeouts"]["prepare"] += 1
                         res["status"], res["reason"] = "timeout", "tokenizer preprocessing time limit"
@@ -490,6 +520,9 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                     errf.seek(0)
                     tail = errf.read()[-2000:]
                     if res["status"] in ("missing", "error"):
+                        return res
+                    if phase == "memory":
+                        log(f"      worker died in the memory probe of {key}: exit code {proc.returncode}")
                         return res
                     if cur_case is None:
                         res["status"] = "error"
@@ -540,8 +573,10 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                     if not sub_case(sub, key).get("resumed"):
                         c["compile"]["seconds"].append(ev["seconds"])
                         if ev["rep"] == 0:
-                            c["compile"]["rss_delta_bytes"] = ev["rss_delta_bytes"]
                             c["compile"]["compiled_bytes"] = ev["compiled_bytes"]
+                elif kind == "compile_rss":
+                    if not sub_case(sub, key).get("resumed"):
+                        c["compile"]["rss_delta_bytes"] = ev["rss_delta_bytes"]
                 elif kind == "compile_mem":
                     c["compile"]["tracemalloc_peak_bytes"] = ev["tracemalloc_peak_bytes"]
                 elif kind == "text":
