@@ -610,7 +610,8 @@ class GramgenAdapter(Adapter):
         caches = ("caches kept from earlier cases (--gramgen-caches warm)" if self.warm_caches
                   else "every compile cold (gramgen._lru.clear_all() first; what is per vocabulary stays, "
                        "as xgrammar's TokenizerInfo: the token table and the standard classes of JSON "
-                       "Schema value lexemes, made at the first JSON Schema compile for a layout)")
+                       "Schema value lexemes with those lexemes' automata, made from fixed schemas at the "
+                       "first JSON Schema compile for a layout)")
         return ('gramgen.Grammar.from_json_schema(schema, whitespace="flexible", '
                 'lenient_formats=True) + gramgen.compile: flexible (bounded) whitespace, '
                 f"properties in declaration order, unknown formats as annotations (as the peers); {caches}")

@@ -131,3 +131,46 @@ def test_small_vocabulary_gets_no_standard_classes():
     gramgen.compile(gramgen.Grammar.from_json_schema(SCHEMA), vocab)
     tt = token_table_for(vocab)
     assert not tt.standard_layouts and not tt.standard_classes
+
+
+@pytest.mark.parametrize("whitespace", ["flexible", "compact"])
+def test_standard_dfas_equal_fresh_ones_and_hold_no_user_lexeme(whitespace):
+    """The lexeme DFAs kept from the standard schemas (``automata.dfa.keep_standard``) are
+    found by a user's schema of the layout after ``clear_all``; every lexeme DFA of that
+    compile equals the one built from nothing (the kept ones set aside); compiling user
+    schemas adds nothing to them (no property name of theirs is kept)."""
+    from gramgen.automata import dfa
+
+    vocab = vocabulary("llama3")
+    schema = {"type": "object", "properties": {"uniqueName9": {"type": "string"}, "n": {"type": "integer"},
+                                               "free": {}, "list": {"type": "array", "items": {"type": "number"}}},
+              "required": ["n"]}
+    grammar = gramgen.Grammar.from_json_schema(schema, whitespace=whitespace)
+    gramgen.compile(grammar, vocab)        # (makes the layout's standard classes and DFAs)
+    kept = dict(dfa._standard)
+    assert kept
+    found = []
+    real_get = dfa._standard.get
+
+    def get(key, default=None):
+        got = real_get(key, default)
+        if got is not None:
+            found.append(key)
+        return got
+
+    _lru.clear_all()
+    saved = dfa._standard
+    try:
+        dfa._standard = {}
+        fresh = gramgen.compile(grammar, vocab, precompute=False)
+        _lru.clear_all()
+        dfa._standard = type("D", (dict,), {"get": staticmethod(get)})(saved)
+        reused = gramgen.compile(grammar, vocab, precompute=False)
+    finally:
+        dfa._standard = saved
+    assert found, "no lexeme of the user's schema was found among the standard DFAs"
+    assert fresh.tables.lexeme_names == reused.tables.lexeme_names
+    for name, a, b in zip(fresh.tables.lexeme_names, fresh.tables.lex_dfas, reused.tables.lex_dfas):
+        assert np.array_equal(a.transitions, b.transitions) and np.array_equal(a.accepting, b.accepting), name
+    assert dfa._standard == kept
+    assert not any("uniqueName9" in repr(key) for key in dfa._standard)

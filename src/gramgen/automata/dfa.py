@@ -295,6 +295,27 @@ def clear_cache() -> None:
     _cache.clear()
 
 
+#: the DFAs of standard lexemes, by the same key as :data:`_cache`, kept for the process's
+#: life: the values and punctuation that every JSON Schema grammar of a layout shares,
+#: registered once per layout from fixed schemas (``runtime.json_standard``), never from a
+#: user's grammar; :func:`clear_cache` and ``gramgen._lru.clear_all`` leave them
+_standard: dict[tuple, ByteDFA] = {}
+#: most standard DFAs kept
+MAX_STANDARD = 512
+
+
+def keep_standard(ir: GrammarIR, dfas: dict[str, ByteDFA], max_states: int) -> None:
+    """Keep the DFAs of ``ir``'s lexemes (a grammar made from fixed schemas) for every
+    later compile whose lexemes equal them, up to :data:`MAX_STANDARD`."""
+    memo: dict = {}
+    for name, rx in ir.lexemes.items():
+        if len(_standard) >= MAX_STANDARD:
+            return
+        dfa = dfas.get(name)
+        if dfa is not None:
+            _standard.setdefault((regex_key(rx, memo), max_states), dfa)
+
+
 def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
     """The minimal trimmed byte DFA of ``rx``; identical input gives identical arrays.
 
@@ -315,7 +336,9 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
     memo: dict = {}   # (frozen keys of shared subtrees; the trees live as long as rxs)
     for rx in rxs:
         key = (regex_key(rx, memo), max_states)
-        found = _cache.get(key)
+        found = _standard.get(key)
+        if found is None:
+            found = _cache.get(key)
         if found is None:
             keep.append(rx)
             found = _compile_regex(rx, max_states, program=program)

@@ -19,9 +19,12 @@ Exact whatever it holds: a state's classes are a function of its key alone.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from ..automata.token_classes import TokenClasses
+if TYPE_CHECKING:
+    from .compiled import CompiledGrammar
+
+from ..automata.dfa import keep_standard
 from ..grammar.grammar import Grammar
 
 __all__ = ["ensure_standard_classes", "STANDARD_SCHEMAS"]
@@ -55,13 +58,14 @@ _LOCK = threading.Lock()
 
 
 def ensure_standard_classes(token_table, vocab, layout: tuple,
-                            classes_of: Callable[[Grammar], TokenClasses]) -> None:
+                            compiled_of: Callable[[Grammar], "CompiledGrammar"]) -> None:
     """Make the standard classes of ``layout`` (``Grammar.ir.meta["json_layout"]``: the
     layout options of ``Grammar.from_json_schema``) for ``vocab``'s ``token_table``, unless
     made already, being made (by this thread, through the compiles below, or another),
-    the vocabulary is small, or MAX_LAYOUTS layouts have them. ``classes_of``: a grammar
-    compiled for ``vocab`` without precompute (which drops exits: not shareable), its
-    ``TokenClasses``."""
+    the vocabulary is small, or MAX_LAYOUTS layouts have them. ``compiled_of``: a grammar
+    compiled for ``vocab`` without precompute (which drops exits: not shareable). The DFAs
+    of those grammars' lexemes are kept too (``automata.dfa.keep_standard``): a schema's
+    values and punctuation that equal them are not built again."""
     if vocab.size < MIN_VOCAB:
         return
     with _LOCK:
@@ -71,7 +75,10 @@ def ensure_standard_classes(token_table, vocab, layout: tuple,
         done.add(layout)
     standard = token_table.standard_classes
     for schema in STANDARD_SCHEMAS:
-        classes = classes_of(Grammar.from_json_schema(schema, **dict(layout)))
+        compiled = compiled_of(Grammar.from_json_schema(schema, **dict(layout)))
+        keep_standard(compiled.ir, dict(zip(compiled.tables.lexeme_names, compiled.tables.lex_dfas)),
+                      compiled.options.max_dfa_states)
+        classes = compiled.classes
         for key, lexeme, state in classes.shared_states():
             if key not in standard:
                 standard[key] = classes.lexeme_tokens(lexeme, state)

@@ -92,9 +92,12 @@ def _json_char(ranges: tuple) -> Regex:
     escaped = _intersect(ranges, _NEEDS_ESCAPE)
     if not escaped:
         return CharRanges(raw) if raw else NOTHING
+    # (every character that needs one, as in the "any other character" edges of keys'
+    # automata: a constant of JSON, not a compile product)
+    escapes = _ALL_ESCAPES if escaped == _NEEDS_ESCAPE else _escapes(escaped)
     if not raw:
-        return _escapes(escaped)
-    return alt([CharRanges(raw), _escapes(escaped)])
+        return escapes
+    return alt([CharRanges(raw), escapes])
 
 
 _NEEDS_ESCAPE: Ranges = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
@@ -116,6 +119,7 @@ def _escapes(ranges: tuple) -> Regex:
     return alt(parts)
 
 
+_ALL_ESCAPES = _escapes(_NEEDS_ESCAPE)
 ANY_JSON_CHAR = json_char(cpdfa.ANY_CHAR)
 
 
