@@ -163,6 +163,8 @@ def _frozen_field(value, memo):
 
 EMPTY = Seq(())
 NOTHING = Alt(())
+#: the one-character classes of ASCII, made once (immutable: literals share them)
+_ASCII = tuple(CharRanges(((o, o),)) for o in range(128))
 
 
 def normalize_ranges(ranges) -> tuple[tuple[int, int], ...]:
@@ -191,6 +193,8 @@ def normalize_ranges(ranges) -> tuple[tuple[int, int], ...]:
 
 def char(c: str) -> CharRanges:
     o = ord(c)
+    if o < 128:
+        return _ASCII[o]
     return CharRanges(((o, o),))
 
 
