@@ -188,3 +188,47 @@ def test_productive_symbols_is_the_least_fixed_point():
         rules = [Rule(rng.choice(nts), tuple(rng.choice(pool) for _ in range(rng.randint(0, 3))))
                  for _ in range(rng.randint(0, 12))]
         assert productive_symbols(rules, terms) == fixed_point(rules, terms), rules
+
+
+def _unmarked(rx):
+    """The same regex with no ``Seq`` marked as made by ``seq`` (so seq walks all of it)."""
+    from gramgen.grammar.ir import Alt, Repeat, Seq
+
+    if isinstance(rx, Seq):
+        return Seq(tuple(_unmarked(i) for i in rx.items))
+    if isinstance(rx, Alt):
+        return Alt(tuple(_unmarked(i) for i in rx.items))
+    if isinstance(rx, Repeat):
+        return Repeat(_unmarked(rx.item), rx.min, rx.max)
+    return rx
+
+
+def test_seq_of_seq_results_equals_the_full_walk():
+    """``seq`` appends the items of a sequence it made itself after merging only the first
+    one with what came before: on random nestings of sequences (its own results, sequences
+    built directly, repeats of the same characters so that neighbours merge across the
+    boundaries, the empty and the nothing regex) the result equals seq of the same regexes
+    unmarked, which it walks item by item."""
+    import random
+
+    from gramgen.grammar.ir import EMPTY, NOTHING, CharRanges, Repeat, Seq, char
+    from gramgen.grammar.simplify import alt, seq
+
+    rng = random.Random(5)
+    leaves = [char("a"), char("b"), CharRanges(((97, 97),)), Repeat(char("a"), 0, 2), Repeat(char("a"), 1, None),
+              Repeat(char("b"), 2, 2), Seq((char("a"), char("a"))), EMPTY, alt([char("a"), char("c")])]
+    merged_across = 0
+    for _ in range(3000):
+        pool = list(leaves)
+        for _ in range(rng.randrange(1, 8)):
+            parts = [rng.choice(pool) for _ in range(rng.randrange(1, 5))]
+            if rng.random() < 0.02:
+                parts.append(NOTHING)
+            made = seq(parts) if rng.random() < 0.8 else Seq(tuple(parts))
+            ref = seq([_unmarked(p) for p in parts]) if made.__class__ is not Seq or getattr(made, "_flat", False) else made
+            assert made == ref, (parts, made, ref)
+            if (len(parts) > 1 and isinstance(parts[0], Seq) and getattr(parts[0], "_flat", False)
+                    and isinstance(made, Seq) and len(made.items) < sum(len(getattr(p, "items", (p,))) for p in parts)):
+                merged_across += 1
+            pool.append(made)
+    assert merged_across > 100, merged_across

@@ -23,9 +23,10 @@ class Regex:
 
     Nodes have slots, not a ``__dict__``: a schema lowers to tens of thousands of them,
     and each dict was one more object for the cyclic collector to track (``_hash`` keeps
-    the memoized hash, see below)."""
+    the memoized hash, see below; ``_flat`` marks a ``Seq`` that :func:`~gramgen.grammar.
+    simplify.seq` made, whose items are normalized among themselves)."""
 
-    __slots__ = ("_hash",)
+    __slots__ = ("_hash", "_flat")
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,26 @@ def seq(items: Iterable[Regex]) -> Regex:
     """
     out: list[Regex] = []
     for it in items:
-        for sub in (it.items if isinstance(it, Seq) else (it,)):
+        rest = ()
+        if isinstance(it, Seq):
+            subs = it.items
+            try:
+                flat = it._flat
+            except AttributeError:
+                flat = False
+            if flat:
+                # Made by seq: no item of it is nothing and no two neighbours merge. So only
+                # its first item may merge with what came before, and the merged item cannot
+                # merge with the second one (which would have merged with the first): the
+                # rest is appended as it is. (Sequences of sequences are built level by
+                # level: walking each item again at every level was quadratic.)
+                if not out:
+                    out.extend(subs)
+                    continue
+                subs, rest = subs[:1], subs[1:]
+        else:
+            subs = (it,)
+        for sub in subs:
             cls = sub.__class__
             if cls is CharRanges or cls is ByteRanges:
                 # the common case (characters of literals), without the generic equality
@@ -89,7 +108,13 @@ def seq(items: Iterable[Regex]) -> Regex:
                     out[-1] = merged
                     continue
             out.append(sub)
-    return out[0] if len(out) == 1 else Seq(tuple(out))
+        if rest:
+            out.extend(rest)
+    if len(out) == 1:
+        return out[0]
+    made = Seq(tuple(out))
+    object.__setattr__(made, "_flat", True)
+    return made
 
 
 def alt(items: Iterable[Regex]) -> Regex:
