@@ -19,10 +19,7 @@ Exact whatever it holds: a state's classes are a function of its key alone.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from .compiled import CompiledGrammar
+from typing import Any, Callable
 
 from ..automata.dfa import keep_standard
 from ..grammar.grammar import Grammar
@@ -58,12 +55,12 @@ _LOCK = threading.Lock()
 
 
 def ensure_standard_classes(token_table, vocab, layout: tuple,
-                            compiled_of: Callable[[Grammar], "CompiledGrammar"]) -> None:
+                            compiled_of: Callable[[Grammar], Any]) -> None:
     """Make the standard classes of ``layout`` (``Grammar.ir.meta["json_layout"]``: the
     layout options of ``Grammar.from_json_schema``) for ``vocab``'s ``token_table``, unless
     made already, being made (by this thread, through the compiles below, or another),
     the vocabulary is small, or MAX_LAYOUTS layouts have them. ``compiled_of``: a grammar
-    compiled for ``vocab`` without precompute (which drops exits: not shareable). The DFAs
+    compiled for ``vocab`` (a ``CompiledGrammar``) without precompute (which drops exits: not shareable). The DFAs
     of those grammars' lexemes are kept too (``automata.dfa.keep_standard``): a schema's
     values and punctuation that equal them are not built again."""
     if vocab.size < MIN_VOCAB:
