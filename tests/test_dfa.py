@@ -589,3 +589,94 @@ def test_cached_automata_are_keyed_by_frozen_regexes():
     assert not gc.is_tracked(key)
     kept = cpdfa.from_regex(make())
     assert isinstance(kept.edges, tuple) and not any(gc.is_tracked(e) for e in kept.edges)
+
+
+# ------------------------------------------------- literal prefix + a kept tail DFA
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\"é中\x00", min_size=1, max_size=4),
+       st.recursive(_leaf, _extend, max_leaves=10), st.sampled_from([10_000, 12]))
+def test_prefix_composition_equals_the_builder(word, tail, max_states):
+    """A lexeme that starts with single characters is made as a chain of states before the
+    DFA of the rest: where that is the minimal DFA it is the builder's, table, numbering
+    and acceptance alike, with a sink table and byte classes that agree with it; where it
+    is not (or the rest is empty or too big), with_prefix says so and the builder is used."""
+    from gramgen.automata import dfa as dfa_module
+
+    rx = Seq(tuple(literal(c) for c in word) + (tail,))
+    split = dfa_module.literal_prefix(rx)
+    assert split is not None and split[0].startswith(word.encode())
+    try:
+        ref = dfa_module._compile_regex(rx, 10_000)
+        tail_dfa = dfa_module._compile_regex(split[1], 10_000)
+    except CompileLimitError:
+        return
+    got = dfa_module.with_prefix(split[0], tail_dfa, max_states)
+    native, dfa_module.NATIVE = dfa_module.NATIVE, False
+    try:   # the same without the native builder (numpy)
+        plain = dfa_module.with_prefix(split[0], tail_dfa, max_states)
+    finally:
+        dfa_module.NATIVE = native
+    assert (plain is None) == (got is None)
+    if got is None:
+        return
+    assert np.array_equal(plain.transitions, got.transitions) and np.array_equal(plain.accepting, got.accepting)
+    assert got.n_states <= max_states
+    assert np.array_equal(got.transitions, ref.transitions) and np.array_equal(got.accepting, ref.accepting)
+    sink, sink_acc = got.sink_table()
+    n = got.n_states
+    assert np.array_equal(sink[:n], np.where(got.transitions < 0, n, got.transitions)) and (sink[n] == n).all()
+    assert np.array_equal(sink_acc[:n], got.accepting) and not sink_acc[n]
+    classes = got.byte_classes()
+    for c in np.unique(classes):
+        cols = got.transitions[:, classes == c]
+        assert (cols == cols[:, :1]).all()
+
+
+def test_prefix_composition_declines_when_not_minimal():
+    """``ab(ab)*c``: after the chain ``ab`` the tail ``(ab)*c`` has a state (after its own
+    ``a``) that equals the chain's last one; with_prefix declines and compile_regex gives
+    the builder's minimal DFA (4 states); ``ba(ab)*c`` composes."""
+    from gramgen.automata import dfa as dfa_module
+
+    tail = parse_regex("(ab)*c")
+    tail_dfa = dfa_module._compile_regex(tail, 10_000)
+    assert dfa_module.with_prefix(b"ab", tail_dfa) is None
+    assert dfa_module.with_prefix(b"xb", tail_dfa) is None   # (the same: only the last byte counts)
+    ba = dfa_module.with_prefix(b"ba", tail_dfa)   # (no state of the tail has only an 'a' into its start)
+    ref = dfa_module._compile_regex(Seq((literal("b"), literal("a"), tail)), 10_000)
+    assert ba is not None and np.array_equal(ba.transitions, ref.transitions)
+    rx = Seq((literal("a"), literal("b"), tail))
+    dfa_module.clear_cache()
+    got = compile_regex(rx)
+    ref = dfa_module._compile_regex(rx, 10_000)
+    assert np.array_equal(got.transitions, ref.transitions) and got.n_states == 4
+
+
+def test_keys_share_the_dfa_of_their_value():
+    """The lexemes of a schema's properties of one type ("name": string, "city": string)
+    are made from one DFA of what follows the key, kept in the DFA cache: built once."""
+    from gramgen.automata import dfa as dfa_module
+
+    dfa_module.clear_cache()
+    built = []
+    real = dfa_module._compile_regex
+
+    def counted(rx, *a, **k):
+        built.append(rx)
+        return real(rx, *a, **k)
+
+    import gramgen
+    schema = {"type": "object", "properties": {k: {"type": "string"} for k in ("name", "city", "street", "zip")},
+              "required": ["name", "city", "street", "zip"]}
+    ir = gramgen.Grammar.from_json_schema(schema).ir
+    dfa_module._compile_regex = counted
+    try:
+        dfas = dict(zip(ir.lexemes, dfa_module.compile_regexes(ir.lexemes.values())))
+    finally:
+        dfa_module._compile_regex = real
+    for name, rx in ir.lexemes.items():
+        ref = real(rx, 10_000)
+        assert np.array_equal(dfas[name].transitions, ref.transitions), name
+    assert len(built) < len(ir.lexemes), (len(built), len(ir.lexemes))

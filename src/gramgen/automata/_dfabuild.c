@@ -966,6 +966,110 @@ compile_program(PyObject *self, PyObject *args)
     return result;
 }
 
+/* ------------------------------------------------------------ literal prefixes */
+
+/* with_prefix(data, sink, accepting, classes, max_states) -> the minimal DFA of `data`
+ * followed by the language of a minimal DFA given in sink form (n + 1 rows of 256 int32,
+ * the sink n last), its accepting flags (n bytes) and byte classes (256 bytes): a chain
+ * of len(data) states before the DFA's, as (table, sink table, accepting, n, classes) in
+ * the form of compile_program (classes None when more than 256 would be needed); None
+ * where that chain is not minimal (a state of the DFA that, not accepting, has the last
+ * byte of data as its only way on, into its start), the DFA is empty, data is empty or
+ * the result has more than max_states states (gramgen.automata.dfa.with_prefix). */
+static PyObject *
+with_prefix(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer data_b, sink_b, acc_b, cls_b;
+    int max_states;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*i", &data_b, &sink_b, &acc_b, &cls_b, &max_states))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t m = data_b.len, n = acc_b.len;
+    if (sink_b.len != (n + 1) * 256 * 4 || cls_b.len != 256) {
+        PyErr_SetString(PyExc_ValueError, "with_prefix: expected a sink table of n + 1 rows and 256 classes");
+        goto out;
+    }
+    if (m == 0 || n == 0 || m + n > max_states) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    const uint8_t *data = data_b.buf, *tail_cls = cls_b.buf;
+    const int32_t *tail = sink_b.buf;
+    const char *tail_acc = acc_b.buf;
+    const int last = data[m - 1];
+    for (Py_ssize_t q = 0; q < n; q++) {
+        if (tail_acc[q] || tail[q * 256 + last] != 0)
+            continue;
+        int live = 0;
+        for (int x = 0; x < 256 && live < 2; x++)
+            live += tail[q * 256 + x] != (int32_t)n;
+        if (live == 1) {
+            result = Py_NewRef(Py_None);
+            goto out;
+        }
+    }
+    const Py_ssize_t total = m + n;
+    PyObject *tr = PyBytes_FromStringAndSize(NULL, total * 256 * 4);
+    PyObject *sink = PyBytes_FromStringAndSize(NULL, (total + 1) * 256 * 4);
+    PyObject *acc = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *classes = PyBytes_FromStringAndSize(NULL, 256);
+    if (tr && sink && acc && classes) {
+        int32_t *out = (int32_t *)PyBytes_AS_STRING(tr), *out_sink = (int32_t *)PyBytes_AS_STRING(sink);
+        char *out_acc = PyBytes_AS_STRING(acc);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            for (int x = 0; x < 256; x++) {
+                out[i * 256 + x] = -1;
+                out_sink[i * 256 + x] = (int32_t)total;
+            }
+            out[i * 256 + data[i]] = out_sink[i * 256 + data[i]] = (int32_t)(i + 1);
+            out_acc[i] = 0;
+        }
+        for (Py_ssize_t q = 0; q < n; q++) {
+            for (int x = 0; x < 256; x++) {
+                int32_t t = tail[q * 256 + x];
+                out_sink[(m + q) * 256 + x] = t + (int32_t)m;
+                out[(m + q) * 256 + x] = t == (int32_t)n ? -1 : t + (int32_t)m;
+            }
+            out_acc[m + q] = tail_acc[q] != 0;
+        }
+        for (int x = 0; x < 256; x++)
+            out_sink[total * 256 + x] = (int32_t)total;
+        /* the tail's classes, each byte of data in a class of its own (finer than the
+         * columns at worst) */
+        int next = 0, own[256] = {0};
+        for (int x = 0; x < 256; x++)
+            if (tail_cls[x] + 1 > next)
+                next = tail_cls[x] + 1;
+        for (Py_ssize_t i = 0; i < m; i++)
+            own[data[i]] = 1;
+        char *out_cls = PyBytes_AS_STRING(classes);
+        for (int x = 0; x < 256; x++)
+            out_cls[x] = (char)tail_cls[x];
+        for (int x = 0; x < 256 && next <= 256; x++)
+            if (own[x]) {
+                if (next < 256)
+                    out_cls[x] = (char)next;
+                next++;
+            }
+        if (next > 256) {
+            Py_DECREF(classes);
+            classes = Py_NewRef(Py_None);
+        }
+        result = Py_BuildValue("(OOOnO)", tr, sink, acc, total, classes);
+    }
+    Py_XDECREF(tr);
+    Py_XDECREF(sink);
+    Py_XDECREF(acc);
+    Py_XDECREF(classes);
+out:
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&sink_b);
+    PyBuffer_Release(&acc_b);
+    PyBuffer_Release(&cls_b);
+    return result;
+}
+
 /* --------------------------------------------------------------- regex encoding */
 
 /* encode(rx, code, by_id, leaves, leaf, types) -> offset: the regex tree rooted at rx
@@ -1859,6 +1963,10 @@ static PyMethodDef methods[] = {
      "untrack(roots, types) -> n: every object reachable from the items of the list roots through"
      " exact tuples and instances of exactly one of the classes in types, taken out of the cyclic"
      " garbage collector's lists (for immutable trees, which cannot form cycles); n of them."},
+    {"with_prefix", with_prefix, METH_VARARGS,
+     "with_prefix(data, sink, accepting, classes, max_states) -> (table, sink table, accepting, n, classes):"
+     " the minimal DFA of data followed by a minimal DFA's language (a chain of states before it); None"
+     " where that chain is not minimal, the DFA is empty or the result has more than max_states states."},
     {"compile_program", compile_program, METH_VARARGS,
      "compile_program(program, root, nfa_budget, max_states, work_budget) -> (status, transitions,"
      " sink_transitions, accepting, n): the minimal trimmed DFA, numbered breadth-first, as bytes:"

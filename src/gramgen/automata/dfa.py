@@ -25,7 +25,7 @@ import numpy as np
 
 from .._lru import SizedLRU, cleared_with_all
 from ..errors import CompileLimitError, GrammarError
-from ..grammar.ir import (Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule, Seq,
+from ..grammar.ir import (EMPTY, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule, Seq,
                           frozen_key, normalize_ranges)
 from ..grammar.split import split_lexemes
 from .utf8 import EXIT, utf8_automaton
@@ -308,12 +308,24 @@ def keep_standard(ir: GrammarIR, dfas: dict[str, ByteDFA], max_states: int) -> N
     """Keep the DFAs of ``ir``'s lexemes (a grammar made from fixed schemas) for every
     later compile whose lexemes equal them, up to :data:`MAX_STANDARD`."""
     memo: dict = {}
+    tails = []   # (the memo is by id: they must outlive it)
     for name, rx in ir.lexemes.items():
         if len(_standard) >= MAX_STANDARD:
             return
         dfa = dfas.get(name)
         if dfa is not None:
             _standard.setdefault((regex_key(rx, memo), max_states), dfa)
+        # and the DFA of what follows its literal prefix: a user's key of that value type
+        # is a chain of states before it (see compile_regexes)
+        split = literal_prefix(rx)
+        if split is not None:
+            tails.append(split[1])
+            key = (regex_key(split[1], memo), max_states)
+            if key not in _standard:
+                try:
+                    _standard[key] = _compile_regex(split[1], max_states)
+                except (CompileLimitError, GrammarError):
+                    pass
 
 
 def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
@@ -330,20 +342,138 @@ def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
 def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterator[ByteDFA]:
     """:func:`compile_regex` of each regex in turn (the lexemes of one grammar). The
     native builder reads them all from one program, so that a subtree they share (the
-    JSON string body, whitespace, a format) is serialized once."""
+    JSON string body, whitespace, a format) is serialized once.
+
+    A regex that starts with single characters (a JSON key and its quotes, a keyword) is
+    a chain of states before the DFA of the rest (:func:`with_prefix`) where that DFA is
+    kept already (the standard ones: a key of a standard value type) or where another
+    regex of the list shares that rest (the properties of one type): the rest is built
+    once, each key costs a chain."""
     program = _Program() if NATIVE else None
-    keep = []  # the program refers to nodes by id(): they must outlive it
+    rxs = list(rxs)
+    keep = list(rxs)  # the program and the memo refer to nodes by id(): they must outlive them
     memo: dict = {}   # (frozen keys of shared subtrees; the trees live as long as rxs)
-    for rx in rxs:
-        key = (regex_key(rx, memo), max_states)
+    keys: list = [None] * len(rxs)
+    rests: list = [None] * len(rxs)
+    shared: dict = {}
+    for i, rx in enumerate(rxs):
+        try:
+            keys[i] = key = (regex_key(rx, memo), max_states)
+        except TypeError:
+            continue   # (raised again below, in its turn)
+        if key in _standard:
+            continue
+        split = literal_prefix(rx)
+        if split is not None:
+            keep.append(split[1])
+            try:
+                rest_key = (regex_key(split[1], memo), max_states)
+            except TypeError:
+                continue
+            rests[i] = (split[0], split[1], rest_key)
+            shared[rest_key] = shared.get(rest_key, 0) + 1
+    for i, rx in enumerate(rxs):
+        key = keys[i] if keys[i] is not None else (regex_key(rx, memo), max_states)
         found = _standard.get(key)
         if found is None:
             found = _cache.get(key)
         if found is None:
-            keep.append(rx)
-            found = _compile_regex(rx, max_states, program=program)
+            rest = rests[i]
+            if rest is not None:
+                data, rest_rx, rest_key = rest
+                rest_dfa = _standard.get(rest_key)
+                if rest_dfa is None:
+                    rest_dfa = _cache.get(rest_key)
+                if rest_dfa is None and shared[rest_key] > 1:
+                    try:
+                        rest_dfa = _compile_regex(rest_rx, max_states, program=program)
+                    except (CompileLimitError, GrammarError):
+                        pass   # (the builder decides for the whole regex)
+                    else:
+                        _cache.put(rest_key, rest_dfa)
+                if rest_dfa is not None:
+                    found = with_prefix(data, rest_dfa, max_states)
+            if found is None:
+                found = _compile_regex(rx, max_states, program=program)
             _cache.put(key, found)
         yield found
+
+
+def literal_prefix(rx: Regex) -> tuple[bytes, Regex] | None:
+    """``(data, tail)`` when ``rx`` is a concatenation that starts with single characters
+    (a JSON key and its quotes, a keyword): their UTF-8 bytes and the regex of the rest
+    (``EMPTY`` when nothing is left); None otherwise."""
+    if rx.__class__ is not Seq:
+        return None
+    items = rx.items
+    data = bytearray()
+    k = 0
+    for item in items:
+        cls = item.__class__
+        if cls is not CharRanges and cls is not ByteRanges:
+            break
+        ranges = item.ranges
+        if len(ranges) != 1 or ranges[0][0] != ranges[0][1]:
+            break
+        c = ranges[0][0]
+        if cls is ByteRanges:
+            if not 0 <= c <= 255:
+                break
+            data.append(c)
+        elif 0 <= c <= 0x10FFFF and not 0xD800 <= c <= 0xDFFF:
+            data += chr(c).encode()
+        else:
+            break
+        k += 1
+    if not data:
+        return None
+    rest = items[k:]
+    return bytes(data), (EMPTY if not rest else rest[0] if len(rest) == 1 else Seq(rest))
+
+
+def with_prefix(data: bytes, tail: ByteDFA, max_states: int = 10_000) -> ByteDFA | None:
+    """The minimal DFA of ``data`` followed by the language of ``tail`` (a minimal DFA,
+    states numbered breadth-first as the builder does): a chain of ``len(data)`` states
+    before ``tail``'s, which is what the builder gives, numbering included. None where
+    that is not minimal (a state of ``tail`` that, not accepting, has the last byte of
+    ``data`` as its only way on, into ``tail``'s start: then the chain's last state
+    equals it), where ``tail`` or ``data`` is empty, or where the result has more than
+    ``max_states`` states.
+
+    The chain's states are pairwise distinct (their shortest words differ in length), and
+    one of them can only equal a state of ``tail`` if the next one does too, down to the
+    last, so that check suffices."""
+    m, n = len(data), tail.n_states
+    if not m or n == 0 or m + n > max_states:
+        return None
+    tail_sink, _ = tail.sink_table()
+    if NATIVE:
+        made = _dfabuild.with_prefix(bytes(data), tail_sink, tail.accepting, tail.byte_classes(), int(max_states))
+        if made is None:
+            return None
+        trans, sink, accepting, total, classes = made
+        table = np.frombuffer(trans, dtype=np.int32).reshape(total, 256)
+        acc = np.frombuffer(accepting, dtype=bool)
+        sink_acc = np.zeros(total + 1, dtype=bool)
+        sink_acc[:total] = acc
+        sink_acc.flags.writeable = False
+        return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(total + 1, 256), sink_acc),
+                              None if classes is None else np.frombuffer(classes, dtype=np.uint8))
+    trans = tail.transitions
+    into_start = (trans[:, data[-1]] == 0) & ~tail.accepting
+    if into_start.any() and ((trans[into_start] >= 0).sum(axis=1) == 1).any():
+        return None
+    total = m + n
+    at = np.frombuffer(bytes(data), dtype=np.uint8)
+    chain = np.arange(m, dtype=np.intp)
+    table = np.full((total, 256), -1, dtype=np.int32)
+    table[chain, at] = chain + 1
+    np.add(trans, m, out=table[m:], where=trans >= 0)
+    accepting = np.zeros(total, dtype=bool)
+    accepting[m:] = tail.accepting
+    table.flags.writeable = False
+    accepting.flags.writeable = False
+    return ByteDFA._adopt(table, accepting, None, None)
 
 
 #: rounds of :func:`compile_lexemes` splitting lexemes that are still too big
