@@ -452,13 +452,7 @@ def with_prefix(data: bytes, tail: ByteDFA, max_states: int = 10_000) -> ByteDFA
         if made is None:
             return None
         trans, sink, accepting, total, classes = made
-        table = np.frombuffer(trans, dtype=np.int32).reshape(total, 256)
-        acc = np.frombuffer(accepting, dtype=bool)
-        sink_acc = np.zeros(total + 1, dtype=bool)
-        sink_acc[:total] = acc
-        sink_acc.flags.writeable = False
-        return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(total + 1, 256), sink_acc),
-                              None if classes is None else np.frombuffer(classes, dtype=np.uint8))
+        return _adopt_native(trans, sink, accepting, total, classes)
     trans = tail.transitions
     into_start = (trans[:, data[-1]] == 0) & ~tail.accepting
     if into_start.any() and ((trans[into_start] >= 0).sum(axis=1) == 1).any():
@@ -559,14 +553,19 @@ def _native_dfa(rx: Regex, budget: int, max_states: int, program: _Program | Non
         raise CompileLimitError("regex is nested too deeply")
     if not n_states:
         return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
-    # read-only views of the bytes made in C: nothing is copied again
+    return _adopt_native(trans, sink, accepting, n_states, classes)
+
+
+def _adopt_native(trans: bytes, sink: bytes, accepting: bytes, n_states: int, classes: bytes | None) -> ByteDFA:
+    """A DFA over the bytes that ``_dfabuild`` made (table, sink table, accepting flags,
+    byte classes or None), as read-only views: nothing is copied again."""
     table = np.frombuffer(trans, dtype=np.int32).reshape(n_states, 256)
     acc = np.frombuffer(accepting, dtype=bool)
     sink_acc = np.zeros(n_states + 1, dtype=bool)
     sink_acc[:n_states] = acc
     sink_acc.flags.writeable = False
     return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(n_states + 1, 256), sink_acc),
-                          np.frombuffer(classes, dtype=np.uint8))
+                          None if classes is None else np.frombuffer(classes, dtype=np.uint8))
 
 
 def canonical_form(table: np.ndarray, acc: np.ndarray, state: int, max_states: int) -> bytes | None:
