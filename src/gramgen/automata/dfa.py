@@ -300,20 +300,24 @@ def clear_cache() -> None:
 #: registered once per layout from fixed schemas (``runtime.json_standard``), never from a
 #: user's grammar; :func:`clear_cache` and ``gramgen._lru.clear_all`` leave them
 _standard: dict[tuple, ByteDFA] = {}
-#: most standard DFAs kept
+#: most standard DFAs kept, and the most states of one (the larger ones, strings near a
+#: long ``maxLength``, would hold ~18 MB per layout for lexemes that a user's schema rarely
+#: repeats exactly; at most this size a layout's ~50 hold ~6 MB)
 MAX_STANDARD = 512
+MAX_STANDARD_STATES = 256
 
 
 def keep_standard(ir: GrammarIR, dfas: dict[str, ByteDFA], max_states: int) -> None:
     """Keep the DFAs of ``ir``'s lexemes (a grammar made from fixed schemas) for every
-    later compile whose lexemes equal them, up to :data:`MAX_STANDARD`."""
+    later compile whose lexemes equal them, up to :data:`MAX_STANDARD` of at most
+    :data:`MAX_STANDARD_STATES` states."""
     memo: dict = {}
     tails = []   # (the memo is by id: they must outlive it)
     for name, rx in ir.lexemes.items():
         if len(_standard) >= MAX_STANDARD:
             return
         dfa = dfas.get(name)
-        if dfa is not None:
+        if dfa is not None and dfa.n_states <= MAX_STANDARD_STATES:
             _standard.setdefault((regex_key(rx, memo), max_states), dfa)
         # and the DFA of what follows its literal prefix: a user's key of that value type
         # is a chain of states before it (see compile_regexes)
@@ -323,9 +327,11 @@ def keep_standard(ir: GrammarIR, dfas: dict[str, ByteDFA], max_states: int) -> N
             key = (regex_key(split[1], memo), max_states)
             if key not in _standard:
                 try:
-                    _standard[key] = _compile_regex(split[1], max_states)
+                    rest = _compile_regex(split[1], max_states)
                 except (CompileLimitError, GrammarError):
-                    pass
+                    continue
+                if rest.n_states <= MAX_STANDARD_STATES:
+                    _standard[key] = rest
 
 
 def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
