@@ -11,7 +11,8 @@ small schemas made of those values alone are compiled for the vocabulary the fir
 a JSON Schema grammar of that layout is compiled for it; their classes are kept in
 ``TokenTable.standard_classes`` for the table's life (like the token table, which
 ``gramgen._lru.clear_all`` does not empty either). A per-tokenizer cache of the common
-lexemes, made from fixed schemas: nothing of the user's schemas is kept there.
+lexemes, made from fixed schemas: nothing of the user's schemas is kept there. The DFAs of
+those lexemes are kept as well (per layout, ``automata.dfa.keep_standard``).
 
 Exact whatever it holds: a state's classes are a function of its key alone.
 """
@@ -60,9 +61,10 @@ def ensure_standard_classes(token_table, vocab, layout: tuple,
     layout options of ``Grammar.from_json_schema``) for ``vocab``'s ``token_table``, unless
     made already, being made (by this thread, through the compiles below, or another),
     the vocabulary is small, or MAX_LAYOUTS layouts have them. ``compiled_of``: a grammar
-    compiled for ``vocab`` (a ``CompiledGrammar``) without precompute (which drops exits: not shareable). The DFAs
-    of those grammars' lexemes are kept too (``automata.dfa.keep_standard``): a schema's
-    values and punctuation that equal them are not built again."""
+    compiled for ``vocab`` (a ``CompiledGrammar``) without precompute (which drops exits:
+    not shareable). The DFAs of those grammars' lexemes are kept too
+    (``automata.dfa.keep_standard``): a schema's values and punctuation that equal them are
+    not built again."""
     if vocab.size < MIN_VOCAB:
         return
     with _LOCK:
