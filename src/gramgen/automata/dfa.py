@@ -334,6 +334,12 @@ def keep_standard(ir: GrammarIR, dfas: dict[str, ByteDFA], max_states: int) -> N
                     _standard[key] = rest
 
 
+def _kept(key: tuple) -> ByteDFA | None:
+    """The DFA kept under ``key``: a standard one, else one in the cache."""
+    found = _standard.get(key)
+    return found if found is not None else _cache.get(key)
+
+
 def compile_regex(rx: Regex, *, max_states: int = 10_000) -> ByteDFA:
     """The minimal trimmed byte DFA of ``rx``; identical input gives identical arrays.
 
@@ -356,9 +362,9 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
     regex of the list shares that rest (the properties of one type): the rest is built
     once, each key costs a chain."""
     program = _Program() if NATIVE else None
-    rxs = list(rxs)
-    keep = list(rxs)  # the program and the memo refer to nodes by id(): they must outlive them
-    memo: dict = {}   # (frozen keys of shared subtrees; the trees live as long as rxs)
+    rxs = list(rxs)   # (the program and the memo refer to nodes by id(): they outlive both)
+    memo: dict = {}   # (frozen keys of shared subtrees)
+    rest_rxs = []     # (the rests, made here, kept as long as rxs for the same reason)
     keys: list = [None] * len(rxs)
     rests: list = [None] * len(rxs)
     shared: dict = {}
@@ -371,7 +377,7 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
             continue
         split = literal_prefix(rx)
         if split is not None:
-            keep.append(split[1])
+            rest_rxs.append(split[1])
             try:
                 rest_key = (regex_key(split[1], memo), max_states)
             except TypeError:
@@ -380,16 +386,12 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
             shared[rest_key] = shared.get(rest_key, 0) + 1
     for i, rx in enumerate(rxs):
         key = keys[i] if keys[i] is not None else (regex_key(rx, memo), max_states)
-        found = _standard.get(key)
-        if found is None:
-            found = _cache.get(key)
+        found = _kept(key)
         if found is None:
             rest = rests[i]
             if rest is not None:
                 data, rest_rx, rest_key = rest
-                rest_dfa = _standard.get(rest_key)
-                if rest_dfa is None:
-                    rest_dfa = _cache.get(rest_key)
+                rest_dfa = _kept(rest_key)
                 if rest_dfa is None and shared[rest_key] > 1:
                     try:
                         rest_dfa = _compile_regex(rest_rx, max_states, program=program)
@@ -405,6 +407,25 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
         yield found
 
 
+def _literal_bytes(item: Regex) -> bytes | None:
+    """The UTF-8 bytes of ``item`` when it is one character or one byte (a character of a
+    literal), else None (a class, another node, a surrogate, a byte out of range)."""
+    cls = item.__class__
+    if cls is not CharRanges and cls is not ByteRanges:
+        return None
+    ranges = item.ranges
+    if len(ranges) != 1:
+        return None
+    lo, hi = ranges[0]
+    if lo != hi:
+        return None
+    if cls is ByteRanges:
+        return bytes((lo,)) if 0 <= lo <= 255 else None
+    if 0 <= lo <= 0x10FFFF and not 0xD800 <= lo <= 0xDFFF:
+        return chr(lo).encode()
+    return None
+
+
 def literal_prefix(rx: Regex) -> tuple[bytes, Regex] | None:
     """``(data, tail)`` when ``rx`` is a concatenation that starts with single characters
     (a JSON key and its quotes, a keyword): their UTF-8 bytes and the regex of the rest
@@ -415,21 +436,10 @@ def literal_prefix(rx: Regex) -> tuple[bytes, Regex] | None:
     data = bytearray()
     k = 0
     for item in items:
-        cls = item.__class__
-        if cls is not CharRanges and cls is not ByteRanges:
+        one = _literal_bytes(item)
+        if one is None:
             break
-        ranges = item.ranges
-        if len(ranges) != 1 or ranges[0][0] != ranges[0][1]:
-            break
-        c = ranges[0][0]
-        if cls is ByteRanges:
-            if not 0 <= c <= 255:
-                break
-            data.append(c)
-        elif 0 <= c <= 0x10FFFF and not 0xD800 <= c <= 0xDFFF:
-            data += chr(c).encode()
-        else:
-            break
+        data += one
         k += 1
     if not data:
         return None
@@ -452,9 +462,9 @@ def with_prefix(data: bytes, tail: ByteDFA, max_states: int = 10_000) -> ByteDFA
     m, n = len(data), tail.n_states
     if not m or n == 0 or m + n > max_states:
         return None
-    tail_sink, _ = tail.sink_table()
     if NATIVE:
-        made = _dfabuild.with_prefix(bytes(data), tail_sink, tail.accepting, tail.byte_classes(), int(max_states))
+        made = _dfabuild.with_prefix(bytes(data), tail.sink_table()[0], tail.accepting, tail.byte_classes(),
+                                     int(max_states))
         if made is None:
             return None
         trans, sink, accepting, total, classes = made
@@ -709,22 +719,10 @@ class _Program:
         run = bytearray()
         node = self.node_py
         for item in items:
-            cls = item.__class__
-            if cls is CharRanges or cls is ByteRanges:
-                ranges = item.ranges
-                if len(ranges) == 1:
-                    lo, hi = ranges[0]
-                    if lo == hi:
-                        if cls is ByteRanges:
-                            if 0 <= lo <= 255:
-                                run.append(lo)
-                                continue
-                        elif 0 <= lo <= 0x10FFFF and not 0xD800 <= lo <= 0xDFFF:
-                            if lo < 0x80:
-                                run.append(lo)
-                            else:
-                                run += chr(lo).encode()
-                            continue
+            one = _literal_bytes(item)
+            if one is not None:
+                run += one
+                continue
             if run:
                 kids.append(self._string(run))
                 run = bytearray()
