@@ -253,8 +253,8 @@ def worker_main() -> None:
             emit(event="phase", phase="compile", case=key)
             try:
                 # (timed alone: the memory probe, whose heap trim and sampling thread would
-                # slow this compile and the first masks after it, runs on a compile of its own
-                # once the texts are walked; see _probe_compile_memory)
+                # slow this compile and the masks after it, runs on a compile of its own; see
+                # probe_compile_memory)
                 t0 = time.perf_counter()
                 compiled = adapter.compile(choice)
                 dt = time.perf_counter() - t0
@@ -470,6 +470,7 @@ def run_job(job: dict, limits: Limits, log) -> dict:
         with tempfile.TemporaryFile("w+") as errf:
             proc, q = _spawn(sub, errf)
             phase, cur_case, cur_text = "prepare", None, None
+            probed = None   # the case whose memory probe runs (phase "memory")
             phase_deadline = time.monotonic() + limits.prepare
             case_deadline = float("inf")
             while True:
@@ -490,9 +491,9 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                             cases[cur_case]["reason"] = "job time limit"
                         log("      timeout: job time limit")
                         return res
-                    if phase == "memory":  # (every case is done by then: no figure for the rest)
-                        log(f"      timeout in the memory probe of {key}")
-                        return res
+                    if phase == "memory":  # (no memory figure; the cases left go on in a new worker)
+                        log(f"      timeout in the memory probe of {probed}")
+                        break
                     if phase == "prepare":
                         res["timeouts"]["prepare"] += 1
                         res["status"], res["reason"] = "timeout", "tokenizer preprocessing time limit"
@@ -522,8 +523,9 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                     if res["status"] in ("missing", "error"):
                         return res
                     if phase == "memory":
-                        log(f"      worker died in the memory probe of {key}: exit code {proc.returncode}")
-                        return res
+                        log(f"      worker died in the memory probe of {probed}: exit code {proc.returncode}")
+                        killed = True
+                        break
                     if cur_case is None:
                         res["status"] = "error"
                         res["reason"] = f"worker exited with code {proc.returncode}"
@@ -552,6 +554,8 @@ def run_job(job: dict, limits: Limits, log) -> dict:
                         phase_deadline = float("inf")
                     else:
                         cur_text = ev.get("id")
+                        if phase == "memory":
+                            probed = key
                         limit = limits.compile if phase == "compile" else limits.text
                         phase_deadline = time.monotonic() + limit
                 elif kind == "version":
