@@ -93,7 +93,7 @@ class Grammar:
                          lenient: bool = False,
                          lenient_formats: bool = False,
                          unknown_keywords: Literal["warn", "error", "ignore"] = "warn",
-                         max_lexeme_nodes: int = 2000) -> Grammar:
+                         max_lexeme_nodes: int = 0) -> Grammar:
         """The JSON texts valid under a JSON Schema.
 
         Parameters
@@ -143,7 +143,11 @@ class Grammar:
             :class:`~gramgen.errors.UnknownKeywordWarning` naming them (and the nearest
             known keyword); "error": a SchemaError at the first; "ignore": no warning.
         max_lexeme_nodes : int
-            The most regex nodes of a lexeme made by merging regular rules into one.
+            0 (the default): objects, arrays and alternatives stay grammar rules over the
+            lexemes of keys and values, which compile fastest (those automata are mostly
+            shared or composed). N > 0: every non-recursive rule whose regex has at most N
+            nodes is merged into one lexeme (fewer parser steps per mask, larger automata
+            built at compile). The language is the same either way.
 
         Raises :class:`~gramgen.SchemaError` for a schema that cannot be read or enforced
         (a keyword value the draft's metaschema does not allow included, at its pointer),

@@ -114,7 +114,7 @@ class SchemaCompiler:
                  separators: tuple[str, str] | None = None, indent: int | str | None = None,
                  strict: bool = False, lenient: bool = False, lenient_formats: bool = False,
                  refs: dict[str, Any] | None = None, draft: int | None = None,
-                 property_order: str = "schema", max_lexeme_nodes: int = 2000,
+                 property_order: str = "schema", max_lexeme_nodes: int = 0,
                  unknown_keywords: str = "warn"):
         if unknown_keywords not in UNKNOWN_KEYWORD_POLICIES:
             raise ConfigurationError(f"unknown_keywords must be one of "
@@ -148,6 +148,8 @@ class SchemaCompiler:
         self.lenient = lenient
         self.lenient_formats = lenient_formats
         self.any_order = property_order == "any"
+        if isinstance(max_lexeme_nodes, bool) or not isinstance(max_lexeme_nodes, int) or max_lexeme_nodes < 0:
+            raise ConfigurationError(f"max_lexeme_nodes must be an int >= 0, not {max_lexeme_nodes!r}")
         self.max_lexeme_nodes = max_lexeme_nodes
         #: the depth (containers around it) of the value being compiled: with ``indent``,
         #: nonterminals are per (schema, depth); otherwise always 0
@@ -310,6 +312,10 @@ class SchemaCompiler:
             ir = _prune_unproductive(ir)
         except SchemaError as exc:
             raise self._empty_error(exc.message, exc.pointer) from None
+        if not self.max_lexeme_nodes:
+            # (objects stay rules over the lexemes of their keys and values: most of those
+            # automata are kept or composed, where a merged object's is built whole)
+            return ir
         try:
             return collapse_regular(ir, max_regex_nodes=self.max_lexeme_nodes, max_expanded=4000)
         except GrammarError:
