@@ -421,6 +421,29 @@ def test_native_encoder_equals_python(rxs):
     assert _encoded(rxs, True) == _encoded(rxs, False)
 
 
+_ascii_ranges = st.lists(st.tuples(st.integers(0, 130), st.integers(0, 12)), min_size=0, max_size=4).map(
+    lambda rs: tuple((lo, lo + w) for lo, w in rs))
+_ascii_leaf = st.one_of(
+    _ascii_ranges.map(lambda rs: CharRanges(tuple(sorted(rs)))),   # (sorted: maybe overlapping, adjacent)
+    _ascii_ranges.map(CharRanges),                                  # (in any order)
+    _ascii_ranges.map(lambda rs: ByteRanges(tuple(sorted(rs)))),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ascii_leaf, min_size=1, max_size=6), st.data())
+def test_native_encoder_ascii_classes_equal_python(leaves, data):
+    """Classes near ASCII, which the C encoder writes itself when they are normalized and
+    within 0..127 (equal ones once, looked up by kind and ranges): the words of the Python
+    encoder, for normalized and unnormalized ranges, classes across 127 / 128, a character
+    class and a byte class with the same ranges, and the same class twice."""
+    _native_module()
+    twin = [ByteRanges(x.ranges) if isinstance(x, CharRanges) else CharRanges(x.ranges) for x in leaves]
+    rxs = [Seq(tuple(leaves)), Alt(tuple(twin + leaves)), Repeat(data.draw(st.sampled_from(leaves)), 0, 2)]
+    rxs += [CharRanges(tuple(x.ranges)) for x in leaves]   # (equal classes, other objects)
+    assert _encoded(rxs, True) == _encoded(rxs, False)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.recursive(_leaf, _extend, max_leaves=14), min_size=1, max_size=3))
 def test_native_regex_key_equals_frozen_key(rxs):

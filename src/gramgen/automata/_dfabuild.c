@@ -1076,9 +1076,10 @@ out:
  * appended to the int32 program `code` (an array('i')) as gramgen.automata.dfa._Program
  * encodes it (the same words; that class is the reference and the fallback). `by_id`
  * maps id(node) -> offset of the nodes encoded already (shared subtrees once), `leaves`
- * maps a character or byte class -> offset (equal classes once), `leaf(rx)` gives the
- * words of a class, `types` the node classes (Seq, CharRanges, ByteRanges, Alt, Repeat,
- * Automaton). RecursionError past Python's recursion limit (as the Python encoder). */
+ * maps (kind, ranges) of a character or byte class -> offset (equal classes once),
+ * `leaf(rx)` gives the words of a class (but an ASCII character class, written here),
+ * `types` the node classes (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton).
+ * RecursionError past Python's recursion limit (as the Python encoder). */
 
 enum { T_SEQ, T_CHARS, T_BYTES, T_ALT, T_REPEAT, T_AUTOMATON, N_TYPES };
 
@@ -1276,43 +1277,101 @@ done:
     return at;
 }
 
-static Py_ssize_t
-encode_leaf(Encoder *e, PyObject *rx)
+/* the words of an ASCII character class given normalized (a tuple of (lo, hi) int pairs,
+ * ascending, disjoint, not adjacent, within 0..127): one state whose edges are the
+ * ranges, as _Program._leaf_words gives them; 0 when `ranges` is not such a class */
+static int
+ascii_class_words(Encoder *e, PyObject *ranges, Py_ssize_t *at)
 {
-    PyObject *found = PyDict_GetItemWithError(e->leaves, rx);  /* borrowed */
-    int hashable = 1;
-    if (found)
-        return PyLong_AsSsize_t(found);
+    if (!PyTuple_CheckExact(ranges))
+        return 0;
+    const Py_ssize_t n = PyTuple_GET_SIZE(ranges);
+    long prev = -2;
+    if (n == 0 || n > 64)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyTuple_GET_ITEM(ranges, i);
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2)
+            return 0;
+        PyObject *a = PyTuple_GET_ITEM(r, 0), *b = PyTuple_GET_ITEM(r, 1);
+        if (!PyLong_CheckExact(a) || !PyLong_CheckExact(b))
+            return 0;
+        int overflow = 0;
+        long lo = PyLong_AsLongAndOverflow(a, &overflow), hi = overflow ? 0 : PyLong_AsLongAndOverflow(b, &overflow);
+        if (overflow || lo < 0 || hi > 127 || hi < lo || lo <= prev + 1)
+            return 0;
+        prev = hi;
+    }
+    *at = e->base + (Py_ssize_t)e->out.n;
+    if (emit(e, K_CHARS) || emit(e, 1) || emit(e, (int32_t)n))
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyTuple_GET_ITEM(ranges, i);
+        if (emit(e, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(r, 0))) || emit(e, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(r, 1)))
+            || emit(e, -1))
+            return -1;
+    }
+    return 1;
+}
+
+/* A character or byte class: equal classes once. They are looked up by (kind, ranges),
+ * hashed and compared in C (their own __hash__ and __eq__ are Python code), and an ASCII
+ * character class is written here; the other classes' words come from `leaf`. */
+static Py_ssize_t
+encode_leaf(Encoder *e, PyObject *rx, int type)
+{
+    PyObject *ranges = PyObject_GetAttr(rx, e->s_ranges);
+    if (!ranges)
+        return -1;
+    PyObject *key = Py_BuildValue("(iO)", type, ranges);
+    Py_ssize_t at = -1;
+    if (!key)
+        goto done;
+    PyObject *found = PyDict_GetItemWithError(e->leaves, key);  /* borrowed */
+    if (found) {
+        at = PyLong_AsSsize_t(found);
+        goto done;
+    }
     if (PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_TypeError))
-            return -1;
+            goto done;
         PyErr_Clear();  /* ranges given as lists: not hashable, encoded each time */
-        hashable = 0;
+        Py_CLEAR(key);
     }
-    PyObject *words = PyObject_CallOneArg(e->leaf, rx);
-    if (!words)
-        return -1;
-    PyObject *fast = PySequence_Fast(words, "leaf() must give a sequence of ints");
-    Py_DECREF(words);
-    if (!fast)
-        return -1;
-    Py_ssize_t at = e->base + (Py_ssize_t)e->out.n;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
-        int32_t w;
-        if (as_int32(PySequence_Fast_GET_ITEM(fast, i), &w) || emit(e, w)) {
-            Py_DECREF(fast);
-            return -1;
+    int fast = type == T_CHARS ? ascii_class_words(e, ranges, &at) : 0;
+    if (fast < 0) {
+        at = -1;
+        goto done;
+    }
+    if (!fast) {
+        PyObject *words = PyObject_CallOneArg(e->leaf, rx);
+        if (!words)
+            goto done;
+        PyObject *seq = PySequence_Fast(words, "leaf() must give a sequence of ints");
+        Py_DECREF(words);
+        if (!seq)
+            goto done;
+        at = e->base + (Py_ssize_t)e->out.n;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+            int32_t w;
+            if (as_int32(PySequence_Fast_GET_ITEM(seq, i), &w) || emit(e, w)) {
+                at = -1;
+                break;
+            }
         }
+        Py_DECREF(seq);
+        if (at < 0)
+            goto done;
     }
-    Py_DECREF(fast);
-    if (hashable) {
+    if (key) {
         PyObject *v = PyLong_FromSsize_t(at);
-        if (!v || PyDict_SetItem(e->leaves, rx, v) < 0) {
-            Py_XDECREF(v);
-            return -1;
-        }
-        Py_DECREF(v);
+        if (!v || PyDict_SetItem(e->leaves, key, v) < 0)
+            at = -1;
+        Py_XDECREF(v);
     }
+done:
+    Py_XDECREF(key);
+    Py_DECREF(ranges);
     return at;
 }
 
@@ -1446,8 +1505,10 @@ encode_node(Encoder *e, PyObject *rx)
         at = encode_seq(e, rx);
         break;
     case T_CHARS:
+        at = encode_leaf(e, rx, T_CHARS);
+        break;
     case T_BYTES:
-        at = encode_leaf(e, rx);
+        at = encode_leaf(e, rx, T_BYTES);
         break;
     case T_ALT:
         at = encode_kids(e, rx, K_ALT);
