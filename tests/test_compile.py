@@ -165,10 +165,11 @@ def test_productive_symbols_is_the_least_fixed_point():
     """``ir.productive_symbols`` (a work list: each rule counts its symbols not known
     productive) finds what iterating "a rule whose symbols are all productive makes its
     left-hand side productive" to a fixed point finds, on random grammars with cycles,
-    empty rules, repeated symbols and undefined ones."""
+    empty rules, repeated symbols and undefined ones; ``ir.productive_rules`` flags
+    exactly the rules whose symbols all are."""
     import random
 
-    from gramgen.grammar.ir import Rule, productive_symbols
+    from gramgen.grammar.ir import Rule, productive_rules, productive_symbols
 
     def fixed_point(rules, terminals):
         out, changed = set(terminals), True
@@ -187,7 +188,11 @@ def test_productive_symbols_is_the_least_fixed_point():
         pool = nts + terms + ["undefined"]
         rules = [Rule(rng.choice(nts), tuple(rng.choice(pool) for _ in range(rng.randint(0, 3))))
                  for _ in range(rng.randint(0, 12))]
-        assert productive_symbols(rules, terms) == fixed_point(rules, terms), rules
+        want = fixed_point(rules, terms)
+        assert productive_symbols(rules, terms) == want, rules
+        found, kept = productive_rules(rules, terms)
+        assert found == want
+        assert kept == [r.lhs in want and all(s in want for s in r.rhs) for r in rules], rules
 
 
 def _unmarked(rx):

@@ -25,7 +25,7 @@ from marshal import dumps as _dumps
 import numpy as np
 
 from ..errors import GrammarError
-from ..grammar.ir import COUNTED_CHAINS, GrammarIR, productive_symbols
+from ..grammar.ir import COUNTED_CHAINS, GrammarIR, productive_rules
 from ..grammar.split import glued_items
 from .dfa import untrack
 
@@ -728,14 +728,13 @@ def _shortest_word(dfa) -> int:
 
 def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, tuple[str, ...]]]:
     """Rules whose every symbol can derive some string; an empty language is an error."""
-    productive = productive_symbols(ir.rules, live_lexemes)
+    productive, kept = productive_rules(ir.rules, live_lexemes)
     if ir.start not in productive:
         raise GrammarError(f"the grammar's language is empty (start symbol {ir.start!r} "
                            "derives no string)", source=ir.source)
     if ir.start in ir.lexemes:
         return []
-    return [(r.lhs, tuple(r.rhs)) for r in ir.rules if r.lhs in productive
-            and all(s in productive for s in r.rhs)]
+    return [(r.lhs, tuple(r.rhs)) for r, keep in zip(ir.rules, kept) if keep]
 
 
 def _propagate(sets: list[int], edges: list[list[int]]) -> None:

@@ -221,17 +221,30 @@ class Rule:
 def productive_symbols(rules: list[Rule], terminals) -> set[str]:
     """The symbols that derive some finite string: ``terminals`` and every nonterminal
     with a rule whose symbols are all productive (least fixed point)."""
+    return productive_rules(rules, terminals)[0]
+
+
+def productive_rules(rules: list[Rule], terminals) -> tuple[set[str], list[bool]]:
+    """:func:`productive_symbols`, and per rule whether all its symbols are productive
+    (then so is its left-hand side): the rules a pruned grammar keeps."""
     productive = set(terminals)
-    # each rule counts its symbols not known productive yet; a symbol found productive
-    # counts down the rules waiting on it (one pass over the rules, not one per level)
+    # each rule counts its symbols not known productive yet (a symbol twice, twice); a
+    # symbol found productive counts down the rules waiting on it, once per occurrence
+    # (one pass over the rules, not one per level)
     missing: list[int] = []
     waiting: dict[str, list[int]] = {}
     found: list[str] = []
     for i, r in enumerate(rules):
-        need = {s for s in r.rhs if s not in productive}
-        missing.append(len(need))
-        for s in need:
-            waiting.setdefault(s, []).append(i)
+        need = 0
+        for s in r.rhs:
+            if s not in productive:
+                need += 1
+                wait = waiting.get(s)
+                if wait is None:
+                    waiting[s] = [i]
+                else:
+                    wait.append(i)
+        missing.append(need)
         if not need:
             found.append(r.lhs)
     while found:
@@ -243,7 +256,7 @@ def productive_symbols(rules: list[Rule], terminals) -> set[str]:
             missing[i] -= 1
             if not missing[i]:
                 found.append(rules[i].lhs)
-    return productive
+    return productive, [not m for m in missing]
 
 
 #: ``GrammarIR.meta`` key: chains of nonterminals ``(s_0, ..., s_n)`` that count (the blocks

@@ -29,7 +29,7 @@ import gramgen.grammar.json_schema.keywords as keywords
 import gramgen.grammar.json_schema.strings as strings
 
 from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
-from ..ir import COUNTED_CHAINS, EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_symbols
+from ..ir import COUNTED_CHAINS, EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_rules
 from ..simplify import alt, collapse_regular, seq
 from ..split import CountedRules
 from ..sources import read_schema
@@ -1931,10 +1931,10 @@ def _caller_stacklevel() -> int:
 def _prune_unproductive(ir: GrammarIR) -> GrammarIR:
     """Drop rules using nonterminals that derive no finite string (e.g. a required
     recursive property): they would only slow the parser and leave dead ends."""
-    productive = productive_symbols(ir.rules, ir.lexemes)
+    productive, kept = productive_rules(ir.rules, ir.lexemes)
     if ir.start not in productive:
         raise SchemaError("the schema accepts no finite JSON value", "")
-    rules = [r for r in ir.rules if r.lhs in productive and all(s in productive for s in r.rhs)]
+    rules = [r for r, keep in zip(ir.rules, kept) if keep]
     # keep only what the start symbol reaches
     by_lhs: dict[str, list[Rule]] = {}
     for r in rules:
