@@ -201,7 +201,12 @@ class SchemaCompiler:
     def _warn_unknown(self) -> None:
         if not self.unknown_keywords or self.unknown_policy != "warn":
             return
-        shown = ", ".join(p + keywords.suggestion(_keyword_of(p)) for p in self.unknown_keywords[:10])
+        said: dict[str, str] = {}   # (one suggestion per word: a typo tends to repeat)
+        for p in self.unknown_keywords[:10]:
+            word = _keyword_of(p)
+            if word not in said:
+                said[word] = keywords.suggestion(word)
+        shown = ", ".join(p + said[_keyword_of(p)] for p in self.unknown_keywords[:10])
         more = f" and {len(self.unknown_keywords) - 10} more" if len(self.unknown_keywords) > 10 else ""
         warnings.warn(f"JSON Schema keywords gramgen does not know, which constrain nothing: {shown}{more} "
                       "(grammar.ir.meta['unknown_keywords'] lists them; unknown_keywords='error' raises, "

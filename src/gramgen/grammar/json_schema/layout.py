@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from ...errors import ConfigurationError
 from ..ir import EMPTY, CharRanges, Regex, Repeat, literal
@@ -74,7 +75,7 @@ class Layout:
         """Whether the pieces differ with the depth of the container (``indent``)."""
         return self.indent is not None
 
-    @property
+    @cached_property
     def ws(self) -> Regex:
         """One gap of flexible whitespace (nothing otherwise)."""
         if not self.flexible:
@@ -94,6 +95,11 @@ class Layout:
         return literal(self.item_sep + ("" if self.indent is None else "\n" + self.indent * (depth + 1)))
 
     def colon(self) -> Regex:
+        return self._colon
+
+    @cached_property
+    def _colon(self) -> Regex:
+        # (after every key: made once per layout, as ``ws``; regexes are immutable)
         return seq([self.ws, literal(":"), self.ws]) if self.flexible else literal(self.key_sep)
 
     def close(self, ch: str, depth: int, empty: bool) -> Regex:
