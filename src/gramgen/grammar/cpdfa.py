@@ -460,7 +460,7 @@ def all_but(words) -> CodepointDFA:
             gaps += ((at, 0xD7FF), (0xE000, MAX_CODEPOINT))
             mine += ((at, 0xD7FF, free), (0xE000, MAX_CODEPOINT, free))
             edges.append(mine)
-            groups.append((s, free, tuple(gaps), _one_byte_without(out), _SEVERAL_OF_ANY))
+            groups.append((s, free, tuple(gaps), _one_byte_without(out), SEVERAL_OF_ANY))
             groups.extend((s, t, ((c, c),), ((c, c),), ()) for c, _, t in out)
             continue
         mine = []
@@ -752,7 +752,7 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
 
 ANY_CHAR: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
 #: what of :data:`ANY_CHAR` is not in :data:`_ONE_BYTE` (controls, ``"``, ``\\``, non-ASCII)
-_SEVERAL_OF_ANY: Ranges = _split_ranges(ANY_CHAR, _ONE_BYTE)[1]
+SEVERAL_OF_ANY: Ranges = _split_ranges(ANY_CHAR, _ONE_BYTE)[1]
 
 
 def as_regex(dfa: CodepointDFA) -> Regex:

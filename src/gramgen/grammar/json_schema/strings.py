@@ -77,7 +77,8 @@ def json_char(ranges: Ranges) -> Regex:
     characters that may stand raw (``\\u00e9``, ``\\/``) are not generated: one spelling
     per character keeps string automata small (documented over-constraint)."""
     try:
-        return _json_char(ranges)
+        found = _CONSTANT_SPELLINGS.get(ranges)
+        return found if found is not None else _json_char(ranges)
     except TypeError:  # ranges given as lists
         return _json_char(normalize_ranges(ranges))
 
@@ -120,7 +121,12 @@ def _escapes(ranges: tuple) -> Regex:
 
 
 _ALL_ESCAPES = _escapes(_NEEDS_ESCAPE)
+_CONSTANT_SPELLINGS: dict = {}
 ANY_JSON_CHAR = json_char(cpdfa.ANY_CHAR)
+#: the spellings of the classes that every "any other key" automaton has (every character,
+#: and all but the printable ASCII ones): constants of JSON, read before the cache of
+#: :func:`json_char`, which every cold compile empties
+_CONSTANT_SPELLINGS.update({cpdfa.ANY_CHAR: ANY_JSON_CHAR, cpdfa.SEVERAL_OF_ANY: json_char(cpdfa.SEVERAL_OF_ANY)})
 
 
 def quoted(content: Regex) -> Regex:
