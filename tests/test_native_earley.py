@@ -479,3 +479,41 @@ def test_walk_with_remembered_closures_equals_walk_without(name, monkeypatch):
     assert compared >= 12
     if name == "long-string":
         assert folded   # (the fold took fewer steps somewhere)
+
+
+def _random_grammar(rng: random.Random) -> gramgen.Grammar:
+    """Random rules over up to 8 nonterminals and up to 90 lexemes (more than one 64-bit
+    word of lexemes), with empty bodies, left and right recursion, lexemes that match
+    nothing and ignored lexemes."""
+    from gramgen.grammar.ir import NOTHING, GrammarIR, Rule, literal
+
+    n_nt, n_lex = rng.randint(1, 8), rng.choice([rng.randint(1, 6), rng.randint(60, 90)])
+    nts = [f"n{i}" for i in range(n_nt)]
+    lexemes = {f"L{k}": (NOTHING if rng.random() < 0.05 else literal(f"x{k}")) for k in range(n_lex)}
+    pool = nts + list(lexemes)
+    rules = [Rule(nt, (rng.choice(list(lexemes)),)) for nt in nts]
+    for _ in range(rng.randint(1, 3 * n_nt + 4)):
+        rules.append(Rule(rng.choice(nts), tuple(rng.choice(pool) for _ in range(rng.choice([0, 1, 1, 2, 3, 4])))))
+    ignore = [n for n in lexemes if rng.random() < 0.05 and lexemes[n] is not NOTHING][:2]
+    return gramgen.Grammar(GrammarIR(rules=rules, lexemes=lexemes, start="n0", ignore=ignore))
+
+
+@pytest.mark.skipif(not earley.NATIVE, reason="GRAMGEN_NATIVE=0: the Python recogniser was asked for")
+def test_native_follow_sets_equal_python_ones():
+    """``_earley.follow_sets`` (FIRST / FOLLOW of the parser tables in C bit sets) gives the
+    sets of the Python reference, per lexeme and per nonterminal, on random grammars (some
+    with more than 64 lexemes) and on the shipped ones."""
+    rng = random.Random(0)
+    grammars = [_random_grammar(rng) for _ in range(300)] + [make() for make in GRAMMARS.values()]
+    multiword = 0
+    for g in grammars:
+        try:
+            ir, dfas = compile_lexemes(g.ir)
+            tables = ParserTables(ir, dfas)
+        except gramgen.GrammarError:
+            continue   # (an empty language)
+        got, got_nt = list(tables.follow_lexemes), list(tables._follow_nonterminals)
+        assert got == tables._follow_lexemes_py()
+        assert got_nt == list(tables._follow_nonterminals)   # (the Python run set it again)
+        multiword += len(tables.lex_dfas) > 64
+    assert multiword >= 20

@@ -3898,8 +3898,289 @@ static PyTypeObject SetType = {
     .tp_members = set_members,
 };
 
+/* ------------------------------------------------------------------ follow sets */
+
+/* a sequence of ints as int32 (malloc'd, *n its length); NULL with an exception */
+static int32_t *
+ints_of(PyObject *seq, Py_ssize_t *n)
+{
+    PyObject *fast = PySequence_Fast(seq, "expected a sequence of ints");
+    if (!fast)
+        return NULL;
+    *n = PySequence_Fast_GET_SIZE(fast);
+    int32_t *out = malloc((size_t)(*n) * sizeof(int32_t) + 4);
+    if (!out) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if ((v == -1 && PyErr_Occurred()) || v < INT32_MIN || v > INT32_MAX) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_OverflowError, "an int out of int32's range");
+            free(out);
+            Py_DECREF(fast);
+            return NULL;
+        }
+        out[i] = (int32_t)v;
+    }
+    Py_DECREF(fast);
+    return out;
+}
+
+/* Close bit sets (w words each) under sets[y] |= sets[x] for every edge x -> y (CSR: the
+ * targets of x are tgt[off[x] .. off[x + 1]]), with a work list: the least fixed point,
+ * whatever the order. */
+static void
+propagate_bits(int32_t n, int32_t w, uint64_t *sets, const int32_t *off, const int32_t *tgt, int32_t *work,
+               char *queued)
+{
+    int32_t top = 0;
+    for (int32_t x = 0; x < n; x++) {
+        queued[x] = 0;
+        if (off[x + 1] == off[x])
+            continue;
+        for (int32_t j = 0; j < w; j++)
+            if (sets[(size_t)x * w + j]) {
+                work[top++] = x;
+                queued[x] = 1;
+                break;
+            }
+    }
+    while (top) {
+        int32_t x = work[--top];
+        queued[x] = 0;
+        const uint64_t *fx = sets + (size_t)x * w;
+        for (int32_t e = off[x]; e < off[x + 1]; e++) {
+            uint64_t *fy = sets + (size_t)tgt[e] * w;
+            int grew = 0;
+            for (int32_t j = 0; j < w; j++)
+                if (fx[j] & ~fy[j]) {
+                    fy[j] |= fx[j];
+                    grew = 1;
+                }
+            if (grew && !queued[tgt[e]]) {
+                queued[tgt[e]] = 1;
+                work[top++] = tgt[e];
+            }
+        }
+    }
+}
+
+/* edges (from, to) as CSR over n nodes */
+static int
+csr_of(int32_t n, const int32_t *from, const int32_t *to, int32_t m, int32_t **off_out, int32_t **tgt_out)
+{
+    int32_t *off = calloc((size_t)n + 1, sizeof(int32_t)), *tgt = malloc((size_t)m * sizeof(int32_t) + 4);
+    int32_t *fill = malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (!off || !tgt || !fill) {
+        free(off);
+        free(tgt);
+        free(fill);
+        return -1;
+    }
+    for (int32_t e = 0; e < m; e++)
+        off[from[e] + 1]++;
+    for (int32_t x = 0; x < n; x++)
+        off[x + 1] += off[x];
+    memcpy(fill, off, ((size_t)n + 1) * sizeof(int32_t));
+    for (int32_t e = 0; e < m; e++)
+        tgt[fill[from[e]]++] = to[e];
+    free(fill);
+    *off_out = off;
+    *tgt_out = tgt;
+    return 0;
+}
+
+/* the bit set of w words as a Python int */
+static PyObject *
+int_of_bits(const uint64_t *bits, int32_t w)
+{
+    int32_t top = w - 1;
+    while (top > 0 && !bits[top])
+        top--;
+    PyObject *acc = PyLong_FromUnsignedLongLong(bits[top]);
+    if (!acc || top == 0)
+        return acc;
+    PyObject *shift = PyLong_FromLong(64);
+    for (int32_t j = top - 1; j >= 0 && acc; j--) {
+        PyObject *up = shift ? PyNumber_Lshift(acc, shift) : NULL;
+        PyObject *low = up ? PyLong_FromUnsignedLongLong(bits[j]) : NULL;
+        Py_DECREF(acc);
+        acc = low ? PyNumber_Or(up, low) : NULL;
+        Py_XDECREF(up);
+        Py_XDECREF(low);
+    }
+    Py_XDECREF(shift);
+    return acc;
+}
+
+/* follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live,
+ * is_ignore) -> (per lexeme, per nonterminal): ParserTables._follow_lexemes_py's bit sets
+ * over the lexemes (see there), found with C bit sets. */
+static PyObject *
+follow_sets(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int n_nt;
+    PyObject *o_next, *o_lhs, *o_first, *o_nullable, *o_live, *o_ignore;
+    if (!PyArg_ParseTuple(args, "iOOOOOO", &n_nt, &o_next, &o_lhs, &o_first, &o_nullable, &o_live, &o_ignore))
+        return NULL;
+    Py_ssize_t n_items = 0, n_lhs = 0, n_rules = 0, n_sym = 0, n_lex = 0, n_ign = 0;
+    int32_t *next = NULL, *lhs_of = NULL, *firsts = NULL, *nullable = NULL, *live = NULL, *ignore = NULL;
+    int32_t *e_from = NULL, *e_to = NULL, *off = NULL, *tgt = NULL, *work = NULL;
+    uint64_t *first = NULL, *follow = NULL, *rest = NULL;
+    char *queued = NULL;
+    PyObject *result = NULL, *lex_out = NULL, *nt_out = NULL;
+    if (!(next = ints_of(o_next, &n_items)) || !(lhs_of = ints_of(o_lhs, &n_lhs)) || !(firsts = ints_of(o_first, &n_rules))
+        || !(nullable = ints_of(o_nullable, &n_sym)) || !(live = ints_of(o_live, &n_lex))
+        || !(ignore = ints_of(o_ignore, &n_ign)))
+        goto done;
+    if (n_nt < 0 || n_sym != n_nt + n_lex || n_ign != n_lex || n_lhs != n_items) {
+        PyErr_SetString(PyExc_ValueError, "follow_sets: inconsistent table sizes");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_items; i++)
+        if (next[i] < -1 || next[i] >= n_sym || lhs_of[i] < 0 || lhs_of[i] >= n_nt) {
+            PyErr_SetString(PyExc_ValueError, "follow_sets: a symbol out of range");
+            goto done;
+        }
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        if (firsts[r] < 0 || firsts[r] >= n_items) {
+            PyErr_SetString(PyExc_ValueError, "follow_sets: a rule out of range");
+            goto done;
+        }
+    if (n_items && next[n_items - 1] != END) {
+        PyErr_SetString(PyExc_ValueError, "follow_sets: the last rule has no end");
+        goto done;
+    }
+    const int32_t w = (int32_t)((n_lex + 63) / 64) > 0 ? (int32_t)((n_lex + 63) / 64) : 1;
+    const int32_t ns = (int32_t)n_sym;
+    first = calloc((size_t)ns * w, sizeof(uint64_t));
+    follow = calloc((size_t)ns * w, sizeof(uint64_t));
+    rest = calloc((size_t)w * 2, sizeof(uint64_t));
+    e_from = malloc((size_t)n_items * sizeof(int32_t) + 4);
+    e_to = malloc((size_t)n_items * sizeof(int32_t) + 4);
+    work = malloc((size_t)ns * sizeof(int32_t) + 4);
+    queued = malloc((size_t)ns + 1);
+    if (!first || !follow || !rest || !e_from || !e_to || !work || !queued) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_lex; k++)
+        if (live[k])
+            first[(size_t)(n_nt + k) * w + k / 64] |= (uint64_t)1 << (k % 64);
+    /* FIRST: a body's lhs inherits the FIRST of each symbol up to its first non-nullable one */
+    int32_t m = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        int32_t a = lhs_of[firsts[r]];
+        for (int32_t i = firsts[r]; next[i] != END; i++) {
+            e_from[m] = next[i];
+            e_to[m++] = a;
+            if (!nullable[next[i]])
+                break;
+        }
+    }
+    if (csr_of(ns, e_from, e_to, m, &off, &tgt)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    propagate_bits(ns, w, first, off, tgt, work, queued);
+    free(off);
+    free(tgt);
+    off = tgt = NULL;
+    uint64_t *ignored = rest + w;
+    for (Py_ssize_t k = 0; k < n_lex; k++)
+        if (ignore[k])
+            ignored[k / 64] |= (uint64_t)1 << (k % 64);
+    /* FOLLOW: what comes after a symbol in a body, and follow[lhs] when that rest is
+     * nullable (an inclusion lhs -> symbol, propagated) */
+    m = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        int32_t a = lhs_of[firsts[r]], end = firsts[r];
+        while (next[end] != END)
+            end++;
+        memset(rest, 0, (size_t)w * sizeof(uint64_t));
+        int rest_nullable = 1;
+        for (int32_t i = end - 1; i >= firsts[r]; i--) {
+            int32_t sym = next[i];
+            uint64_t *fs = follow + (size_t)sym * w;
+            for (int32_t j = 0; j < w; j++)
+                fs[j] |= rest[j] | ignored[j];
+            if (rest_nullable) {
+                e_from[m] = a;
+                e_to[m++] = sym;
+            }
+            const uint64_t *fi = first + (size_t)sym * w;
+            if (nullable[sym])
+                for (int32_t j = 0; j < w; j++)
+                    rest[j] |= fi[j];
+            else
+                for (int32_t j = 0; j < w; j++)
+                    rest[j] = fi[j];
+            rest_nullable = rest_nullable && nullable[sym];
+        }
+    }
+    if (csr_of(ns, e_from, e_to, m, &off, &tgt)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    propagate_bits(ns, w, follow, off, tgt, work, queued);
+    lex_out = PyList_New(n_lex);
+    nt_out = lex_out ? PyList_New(n_nt) : NULL;
+    if (!nt_out)
+        goto done;
+    for (Py_ssize_t k = 0; k < n_lex; k++) {
+        uint64_t *fk = follow + (size_t)(n_nt + k) * w;
+        for (int32_t j = 0; j < w; j++) {
+            if (ignore[k])   /* an ignored lexeme may be followed by any */
+                fk[j] = j < (int32_t)(n_lex / 64) ? ~(uint64_t)0
+                        : (n_lex % 64 && j == (int32_t)(n_lex / 64) ? (((uint64_t)1 << (n_lex % 64)) - 1) : 0);
+            else
+                fk[j] |= ignored[j];
+        }
+        PyObject *v = int_of_bits(fk, w);
+        if (!v)
+            goto done;
+        PyList_SET_ITEM(lex_out, k, v);
+    }
+    for (int32_t a = 0; a < n_nt; a++) {
+        PyObject *v = int_of_bits(follow + (size_t)a * w, w);
+        if (!v)
+            goto done;
+        PyList_SET_ITEM(nt_out, a, v);
+    }
+    result = PyTuple_Pack(2, lex_out, nt_out);
+done:
+    Py_XDECREF(lex_out);
+    Py_XDECREF(nt_out);
+    free(next);
+    free(lhs_of);
+    free(firsts);
+    free(nullable);
+    free(live);
+    free(ignore);
+    free(e_from);
+    free(e_to);
+    free(off);
+    free(tgt);
+    free(work);
+    free(first);
+    free(follow);
+    free(rest);
+    free(queued);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"follow_sets", follow_sets, METH_VARARGS,
+     "follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live, is_ignore)"},
+    {NULL, NULL, 0, NULL}
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_earley", "The Earley recogniser's step in C.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_earley", "The Earley recogniser's step in C.", -1, module_methods,
 };
 
 PyMODINIT_FUNC

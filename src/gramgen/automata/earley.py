@@ -267,7 +267,17 @@ class ParserTables:
         go on with something no follower can start is ruled out without the parser:
         ``abc`` cannot end NAME at ``a`` when NAME is never directly followed by a lexeme
         starting with a letter. See :attr:`follow_bytes` and ``automata.lexer_automaton``.
-        """
+        In C where the native recogniser is built (:meth:`_follow_lexemes_py` is the
+        reference: the same sets)."""
+        if NATIVE:
+            per_lexeme, self._follow_nonterminals = _earley.follow_sets(
+                self.n_nonterminals, self.item_next, self.item_lhs, self.rule_first, self.nullable,
+                [d.n_states > 0 for d in self.lex_dfas], self.is_ignore)
+            return per_lexeme
+        return self._follow_lexemes_py()
+
+    def _follow_lexemes_py(self) -> list[int]:
+        """:meth:`_follow_lexemes` in Python."""
         N = self.n_nonterminals
         n_lex = len(self.lex_dfas)
         n_sym = N + n_lex
