@@ -499,21 +499,63 @@ def _random_grammar(rng: random.Random) -> gramgen.Grammar:
 
 
 @pytest.mark.skipif(not earley.NATIVE, reason="GRAMGEN_NATIVE=0: the Python recogniser was asked for")
-def test_native_follow_sets_equal_python_ones():
-    """``_earley.follow_sets`` (FIRST / FOLLOW of the parser tables in C bit sets) gives the
-    sets of the Python reference, per lexeme and per nonterminal, on random grammars (some
-    with more than 64 lexemes) and on the shipped ones."""
+def test_native_table_builders_equal_python_ones():
+    """``_earley.follow_sets`` (FIRST / FOLLOW of the parser tables in C bit sets) and
+    ``_earley.item_classes`` (the items' classes for signatures) give what the Python
+    references give, on random grammars (some with more than 64 lexemes), the shipped ones,
+    grammars with lexemes split into rules (glued items) and a long string's counted chain
+    (nonterminals named by aliases)."""
     rng = random.Random(0)
-    grammars = [_random_grammar(rng) for _ in range(300)] + [make() for make in GRAMMARS.values()]
-    multiword = 0
-    for g in grammars:
+    grammars = [(_random_grammar(rng), 10_000, 0) for _ in range(300)]
+    grammars += [(make(), 10_000, 0) for make in GRAMMARS.values()]
+    grammars += [(gramgen.Grammar.from_regex(r"(ab|cd){3,40}e|x{5,60}"), 30, 0),
+                 (gramgen.Grammar.from_json_schema({"type": "object", "properties": {
+                     "s": {"type": "string", "maxLength": 900}, "t": {"type": "string", "minLength": 300}}}),
+                  10_000, 16)]
+    multiword = glued = aliased = 0
+    for g, max_states, window in grammars:
         try:
-            ir, dfas = compile_lexemes(g.ir)
-            tables = ParserTables(ir, dfas)
+            ir, dfas = compile_lexemes(g.ir, max_states=max_states)
+            tables = ParserTables(ir, dfas, window=window)
         except gramgen.GrammarError:
             continue   # (an empty language)
         got, got_nt = list(tables.follow_lexemes), list(tables._follow_nonterminals)
         assert got == tables._follow_lexemes_py()
         assert got_nt == list(tables._follow_nonterminals)   # (the Python run set it again)
+        alias = earley.chain_aliases(ir, list(tables.rule_list), {n: i for i, n in enumerate(tables.nt_names)},
+                                     dfas, window)
+        named_lhs, named_next = list(tables.item_lhs), list(tables.item_next)
+        if alias is not None:
+            aliased += alias != list(range(len(alias)))
+            named_lhs = [alias[a] for a in named_lhs]
+            named_next = [alias[s] if 0 <= s < tables.n_nonterminals else s for s in named_next]
+        assert list(tables.item_class) == tables._item_classes_py(named_lhs, named_next)
         multiword += len(tables.lex_dfas) > 64
-    assert multiword >= 20
+        glued += any(tables.glued)
+    assert multiword >= 20 and glued and aliased
+
+
+def test_native_item_classes_on_random_tables():
+    """``_earley.item_classes`` on random item tables (few symbols, so that suffixes and
+    classes repeat; glued flags at random) numbers the classes as the Python reference does,
+    and refuses tables whose rules do not cover the items."""
+    rng = random.Random(1)
+    for _ in range(400):
+        n_rules = rng.randint(1, 12)
+        lhs, nxt, firsts = [], [], []
+        for _ in range(n_rules):
+            firsts.append(len(nxt))
+            a = rng.randint(0, 3)
+            body = [rng.randint(0, 5) for _ in range(rng.randint(0, 4))]
+            nxt += body + [earley.END]
+            lhs += [a] * (len(body) + 1)
+        glued = [rng.random() < 0.3 for _ in nxt]
+        accept = rng.randrange(len(nxt))
+        fake = type("T", (), {})()
+        fake.item_next, fake.glued, fake.accept_item = nxt, glued, accept
+        want = ParserTables._item_classes_py(fake, lhs, nxt)
+        assert earley._earley.item_classes(lhs, nxt, glued, firsts, accept) == want
+    with pytest.raises(ValueError):
+        earley._earley.item_classes([0, 0, 0], [1, earley.END, earley.END], [0, 0, 0], [0], 1)
+    with pytest.raises(ValueError):
+        earley._earley.item_classes([0, 0], [1, earley.END], [0, 0], [1], 1)

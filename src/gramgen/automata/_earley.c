@@ -4173,7 +4173,136 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ item classes */
+
+/* (a, b, c) -> a number, in order of first appearance (open addressing) */
+typedef struct {
+    int64_t *keys;    /* 3 per slot */
+    int32_t *vals;    /* -1: empty */
+    size_t cap, n;
+} TripleIds;
+
+static int
+triple_init(TripleIds *t, size_t expect)
+{
+    size_t cap = 16;
+    while (cap < 2 * expect + 2)
+        cap <<= 1;
+    t->keys = malloc(cap * 3 * sizeof(int64_t));
+    t->vals = malloc(cap * sizeof(int32_t));
+    t->cap = cap;
+    t->n = 0;
+    if (!t->keys || !t->vals)
+        return -1;
+    for (size_t i = 0; i < cap; i++)
+        t->vals[i] = -1;
+    return 0;
+}
+
+/* the number of (a, b, c), given the next one if it is new (the table never fills: its
+ * capacity is twice the keys it may get) */
+static int32_t
+triple_id(TripleIds *t, int64_t a, int64_t b, int64_t c)
+{
+    uint64_t h = (uint64_t)a * 0x9E3779B97F4A7C15ULL ^ (uint64_t)b * 0xC2B2AE3D27D4EB4FULL ^ (uint64_t)c * 0x165667B19E3779F9ULL;
+    h ^= h >> 29;
+    size_t i = (size_t)h & (t->cap - 1);
+    while (t->vals[i] >= 0) {
+        const int64_t *k = t->keys + 3 * i;
+        if (k[0] == a && k[1] == b && k[2] == c)
+            return t->vals[i];
+        i = (i + 1) & (t->cap - 1);
+    }
+    t->keys[3 * i] = a;
+    t->keys[3 * i + 1] = b;
+    t->keys[3 * i + 2] = c;
+    t->vals[i] = (int32_t)t->n;
+    return (int32_t)t->n++;
+}
+
+/* item_classes(named_lhs, named_next, glued, rule_first, accept_item) -> list: per item
+ * the number of its class, (left-hand side, the symbols left to match, glued) named in
+ * order of first appearance, the accepting item a class of its own; what ParserTables
+ * numbers with tuples of the symbols left. */
+static PyObject *
+item_classes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o_lhs, *o_next, *o_glued, *o_first;
+    int accept_item;
+    if (!PyArg_ParseTuple(args, "OOOOi", &o_lhs, &o_next, &o_glued, &o_first, &accept_item))
+        return NULL;
+    Py_ssize_t n = 0, n2 = 0, n3 = 0, n_rules = 0;
+    int32_t *lhs = NULL, *next = NULL, *glued = NULL, *firsts = NULL, *suffix = NULL;
+    TripleIds suffixes = {0}, classes = {0};
+    PyObject *out = NULL;
+    if (!(lhs = ints_of(o_lhs, &n)) || !(next = ints_of(o_next, &n2)) || !(glued = ints_of(o_glued, &n3))
+        || !(firsts = ints_of(o_first, &n_rules)))
+        goto done;
+    if (n2 != n || n3 != n || (n && next[n - 1] != END)) {
+        PyErr_SetString(PyExc_ValueError, "item_classes: inconsistent item tables");
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        if (firsts[r] < 0 || firsts[r] >= n || (r && firsts[r] <= firsts[r - 1])) {
+            PyErr_SetString(PyExc_ValueError, "item_classes: a rule out of range");
+            goto done;
+        }
+    if (n && (!n_rules || firsts[0] != 0)) {
+        PyErr_SetString(PyExc_ValueError, "item_classes: rules do not cover the items");
+        goto done;
+    }
+    suffix = malloc((size_t)n * sizeof(int32_t) + 4);
+    if (!suffix || triple_init(&suffixes, (size_t)n) || triple_init(&classes, (size_t)n + 1)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* each suffix of a rule named by its first symbol and the suffix after it, from the
+     * rule's end (-1: the empty suffix) */
+    for (Py_ssize_t r = n_rules - 1; r >= 0; r--) {
+        int32_t end = firsts[r];
+        while (next[end] != END)
+            end++;
+        if (end + 1 != (r + 1 < n_rules ? firsts[r + 1] : n)) {
+            PyErr_SetString(PyExc_ValueError, "item_classes: rules do not cover the items");
+            goto done;
+        }
+        int32_t after = -1;
+        suffix[end] = after;
+        for (int32_t j = end - 1; j >= firsts[r]; j--) {
+            after = triple_id(&suffixes, next[j], after, 0);
+            suffix[j] = after;
+        }
+    }
+    out = PyList_New(n);
+    if (!out)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t c = i == accept_item ? triple_id(&classes, INT64_MIN, 0, 0)
+                                     : triple_id(&classes, lhs[i], suffix[i], glued[i]);
+        PyObject *v = PyLong_FromLong(c);
+        if (!v) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+done:
+    free(lhs);
+    free(next);
+    free(glued);
+    free(firsts);
+    free(suffix);
+    free(suffixes.keys);
+    free(suffixes.vals);
+    free(classes.keys);
+    free(classes.vals);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"item_classes", item_classes, METH_VARARGS,
+     "item_classes(named_lhs, named_next, glued, rule_first, accept_item)"},
     {"follow_sets", follow_sets, METH_VARARGS,
      "follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live, is_ignore)"},
     {NULL, NULL, 0, NULL}

@@ -208,15 +208,11 @@ class ParserTables:
         if alias is not None:
             named_lhs = [alias[a] for a in named_lhs]
             named_next = [alias[s] if 0 <= s < N else s for s in named_next]
-        classes: dict = {}
-        self.item_class: list[int] = []
-        for i, nxt in enumerate(self.item_next):
-            end = i
-            while self.item_next[end] != END:
-                end += 1
-            key = ((named_lhs[i], tuple(named_next[i:end]), self.glued[i])
-                   if i != self.accept_item else "accept")
-            self.item_class.append(classes.setdefault(key, len(classes)))
+        if NATIVE:
+            self.item_class = _earley.item_classes(named_lhs, named_next, self.glued, self.rule_first,
+                                                   self.accept_item)
+        else:
+            self.item_class = self._item_classes_py(named_lhs, named_next)
         # what a set's future depends on: items still waiting for something, and acceptance
         self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
 
@@ -257,6 +253,21 @@ class ParserTables:
             self.allowed_bytes = self.native.allowed_bytes
             self.is_accepting = self.native.is_accepting
             self.inside_lexemes = self.native.inside_lexemes
+
+    def _item_classes_py(self, named_lhs: list[int], named_next: list[int]) -> list[int]:
+        """Per item, the number of its class (the same left-hand side, the same symbols left
+        and the same glued flag), numbered in order of first appearance; the accepting item
+        is a class of its own (what ``_earley.item_classes`` gives)."""
+        classes: dict = {}
+        out: list[int] = []
+        for i in range(len(self.item_next)):
+            end = i
+            while self.item_next[end] != END:
+                end += 1
+            key = ((named_lhs[i], tuple(named_next[i:end]), self.glued[i])
+                   if i != self.accept_item else "accept")
+            out.append(classes.setdefault(key, len(classes)))
+        return out
 
     def _follow_lexemes(self) -> list[int]:
         """For each lexeme, the set (a bitmask over lexemes) of lexemes that can start right
