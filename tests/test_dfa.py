@@ -657,6 +657,39 @@ def test_prefix_composition_equals_the_builder(word, tail, max_states):
         assert (cols == cols[:, :1]).all()
 
 
+class _MyChars(CharRanges):
+    pass
+
+
+_prefix_item = st.one_of(
+    st.sampled_from([0, 0x22, 0x61, 0x7F, 0x80, 0xE9, 0x7FF, 0x800, 0xD800, 0xDFFF, 0xFFFF, 0x10000, 0x10FFFF,
+                     0x110000, -1]).map(lambda c: CharRanges(((c, c),))),
+    st.integers(-1, 256).map(lambda b: ByteRanges(((b, b),))),
+    st.sampled_from([CharRanges(((97, 98),)), CharRanges(((97, 97), (99, 99))), CharRanges(()),
+                     _MyChars(((97, 97),)), Repeat(CharRanges(((97, 97),)), 0, 1), Seq(())]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_prefix_item, min_size=1, max_size=6))
+def test_literal_prefix_native_equals_python(items):
+    """The run of single characters at the start of a sequence, read in C
+    (``_dfabuild.literal_run``), is what the Python reading gives: code points on both sides
+    of each UTF-8 length, surrogates and out-of-range values (not literals), bytes, classes
+    of several characters, a subclass, other nodes."""
+    from gramgen.automata import dfa as dfa_module
+
+    _native_module()
+    rx = Seq(tuple(items))
+    got = dfa_module.literal_prefix(rx)
+    native, dfa_module.NATIVE = dfa_module.NATIVE, False
+    try:
+        want = dfa_module.literal_prefix(rx)
+    finally:
+        dfa_module.NATIVE = native
+    assert got == want
+
+
 def test_prefix_composition_declines_when_not_minimal():
     """``ab(ab)*c``: after the chain ``ab`` the tail ``(ab)*c`` has a state (after its own
     ``a``) that equals the chain's last one; with_prefix declines and compile_regex gives

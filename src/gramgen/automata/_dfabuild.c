@@ -1597,6 +1597,66 @@ encode(PyObject *self, PyObject *args)
     return result;
 }
 
+/* literal_run(items, char_class, byte_class) -> (data, k): the UTF-8 bytes of the longest
+ * run of single characters or bytes that starts `items` (a tuple of regex nodes: exact
+ * instances of the two classes whose ranges are one (c, c) pair, a code point that is
+ * not a surrogate, a byte within 0..255), and how many items that is; what
+ * gramgen.automata.dfa.literal_prefix reads in Python. */
+static PyObject *
+literal_run(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *items, *char_type, *byte_type;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &items, &char_type, &byte_type))
+        return NULL;
+    Encoder e;
+    memset(&e, 0, sizeof(e));
+    e.s_ranges = PyUnicode_InternFromString("ranges");
+    if (!e.s_ranges)
+        return NULL;
+    Vec data = {0};
+    Py_ssize_t k = 0;
+    PyObject *result = NULL;
+    const Py_ssize_t n = PyTuple_GET_SIZE(items);
+    for (; k < n; k++) {
+        PyObject *item = PyTuple_GET_ITEM(items, k);
+        int type;
+        if ((PyObject *)Py_TYPE(item) == char_type)
+            type = T_CHARS;
+        else if ((PyObject *)Py_TYPE(item) == byte_type)
+            type = T_BYTES;
+        else
+            break;
+        uint8_t buf[4];
+        int got = single_literal(&e, item, type, buf);
+        if (got < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_OverflowError))
+                goto done;
+            PyErr_Clear();   /* (odd ranges: not a literal character) */
+            break;
+        }
+        if (!got)
+            break;
+        for (int i = 0; i < got; i++)
+            if (vec_push(&data, buf[i])) {
+                PyErr_NoMemory();
+                goto done;
+            }
+    }
+    {
+        PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)data.n);
+        if (!bytes)
+            goto done;
+        for (size_t i = 0; i < data.n; i++)
+            PyBytes_AS_STRING(bytes)[i] = (char)data.v[i];
+        result = Py_BuildValue("(Nn)", bytes, k);
+    }
+done:
+    free(data.v);
+    Py_DECREF(e.s_ranges);
+    return result;
+}
+
 /* ------------------------------------------------------------- agreement depth */
 
 /* The largest d <= cap such that state q1 of one DFA and state q2 of another (or the
@@ -2018,8 +2078,12 @@ static PyMethodDef methods[] = {
     {"encode", encode, METH_VARARGS,
      "encode(rx, code, by_id, leaves, leaf, types) -> offset: the regex tree rx appended to the int32"
      " program code (array('i')) as gramgen.automata.dfa._Program.node encodes it; by_id (id -> offset)"
-     " and leaves (class -> offset) are the encoded nodes, leaf(rx) the words of a class, types the node"
-     " classes (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton). RecursionError when nested too deeply."},
+     " and leaves ((kind, ranges) -> offset) are the encoded nodes, leaf(rx) the words of a class, types"
+     " the node classes (Seq, CharRanges, ByteRanges, Alt, Repeat, Automaton). RecursionError when nested"
+     " too deeply."},
+    {"literal_run", literal_run, METH_VARARGS,
+     "literal_run(items, char_class, byte_class) -> (data, k): the UTF-8 bytes of the single characters"
+     " or bytes that start the tuple items, and how many items they are."},
     {"untrack", untrack, METH_VARARGS,
      "untrack(roots, types) -> n: every object reachable from the items of the list roots through"
      " exact tuples and instances of exactly one of the classes in types, taken out of the cyclic"

@@ -433,14 +433,16 @@ def literal_prefix(rx: Regex) -> tuple[bytes, Regex] | None:
     if rx.__class__ is not Seq:
         return None
     items = rx.items
-    data = bytearray()
-    k = 0
-    for item in items:
-        one = _literal_bytes(item)
-        if one is None:
-            break
-        data += one
-        k += 1
+    if NATIVE and items.__class__ is tuple:
+        data, k = _dfabuild.literal_run(items, CharRanges, ByteRanges)
+    else:
+        data, k = bytearray(), 0
+        for item in items:
+            one = _literal_bytes(item)
+            if one is None:
+                break
+            data += one
+            k += 1
     if not data:
         return None
     rest = items[k:]
