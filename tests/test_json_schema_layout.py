@@ -151,3 +151,34 @@ def test_indent_depth_bound():
 def test_bad_layout_options(options, fragment):
     with pytest.raises(gramgen.ConfigurationError, match=fragment):
         gramgen.Grammar.from_json_schema({"type": "object"}, **options)
+
+
+def test_merging_regular_rules_keeps_the_masks():
+    """``max_lexeme_nodes``: 0 (the default) leaves objects, arrays and alternatives as
+    rules; N > 0 merges them into fewer, larger lexemes. The masks are the same at every
+    byte of valid and invalid texts, and a bad value is a ConfigurationError."""
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 5}, "kind": {"enum": ["a", "bc", 3]},
+        "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
+        "at": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+        "required": ["kind"]}
+    rules = gramgen.Grammar.from_json_schema(schema, whitespace="flexible")
+    merged = gramgen.Grammar.from_json_schema(schema, whitespace="flexible", max_lexeme_nodes=2000)
+    assert len(merged.ir.rules) < len(rules.ir.rules) and len(merged.ir.lexemes) < len(rules.ir.lexemes)
+    a, b = gramgen.compile(rules, BYTE_VOCAB), gramgen.compile(merged, BYTE_VOCAB)
+    texts = [b'{"name": "ab", "kind": 3, "tags": [true,false], "at": {"x": -12}}', b'{"kind":"bc","extra":[1,{}]}',
+             b'{ "kind" : "a" , "at":{"x":0,"y":null}}', b'{"name":"abcdef","kind":"a"}', b'{"kind":"b"}',
+             b'{"tags":[true,true,true],"kind":3}']
+    for text in texts:
+        ma, mb = a.matcher(), b.matcher()
+        for byte in text:
+            assert (ma.mask() == mb.mask()).all(), text
+            if not ma.check(byte):
+                assert not mb.check(byte)
+                break
+            ma.advance(byte)
+            mb.advance(byte)
+        assert accepts(a, text) == accepts(b, text)
+    for bad in (-1, True, 1.5, "10"):
+        with pytest.raises(gramgen.errors.ConfigurationError):
+            gramgen.Grammar.from_json_schema(schema, max_lexeme_nodes=bad)
