@@ -376,7 +376,8 @@ tables_dealloc(Tables *t)
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
-/* a list of ints into a fresh int32 array of exactly `n` entries (n < 0: any length) */
+/* a list of ints into a fresh int32 array (PyMem; *n_out its length); OverflowError for an
+ * int out of int32's range */
 static int32_t *
 int_array(PyObject *seq_o, Py_ssize_t *n_out, const char *what)
 {
@@ -392,7 +393,9 @@ int_array(PyObject *seq_o, Py_ssize_t *n_out, const char *what)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (v == -1 && PyErr_Occurred()) {
+        if ((v == -1 && PyErr_Occurred()) || v < INT32_MIN || v > INT32_MAX) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_OverflowError, "%s: an int out of int32's range", what);
             PyMem_Free(a);
             Py_DECREF(seq);
             return NULL;
@@ -1884,16 +1887,29 @@ done:
     return out;
 }
 
+/* a bit set of `n` uint64 words (bit b of the set: bit b % 64 of word b / 64) as a
+ * non-negative Python int */
+static PyObject *
+int_of_words(const uint64_t *words, Py_ssize_t n)
+{
+    unsigned char small[64], *bytes = n * 8 <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)n * 8);
+    if (!bytes)
+        return PyErr_NoMemory();
+    for (Py_ssize_t w = 0; w < n; w++)
+        for (int i = 0; i < 8; i++)
+            bytes[8 * w + i] = (unsigned char)(words[w] >> (8 * i));
+    PyObject *out = _PyLong_FromByteArray(bytes, (size_t)n * 8, 1, 0);
+    if (bytes != small)
+        PyMem_Free(bytes);
+    return out;
+}
+
 static PyObject *
 nb_int(Set *s)
 {
     if (!s->py_nb) {
         allowed(s);
-        unsigned char bytes[32];
-        for (int w = 0; w < 4; w++)
-            for (int i = 0; i < 8; i++)
-                bytes[8 * w + i] = (unsigned char)(s->nb[w] >> (8 * i));
-        s->py_nb = _PyLong_FromByteArray(bytes, 32, 1, 0);
+        s->py_nb = int_of_words(s->nb, 4);
         if (!s->py_nb)
             return NULL;
     }
@@ -3900,35 +3916,6 @@ static PyTypeObject SetType = {
 
 /* ------------------------------------------------------------------ follow sets */
 
-/* a sequence of ints as int32 (malloc'd, *n its length); NULL with an exception */
-static int32_t *
-ints_of(PyObject *seq, Py_ssize_t *n)
-{
-    PyObject *fast = PySequence_Fast(seq, "expected a sequence of ints");
-    if (!fast)
-        return NULL;
-    *n = PySequence_Fast_GET_SIZE(fast);
-    int32_t *out = malloc((size_t)(*n) * sizeof(int32_t) + 4);
-    if (!out) {
-        Py_DECREF(fast);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
-        if ((v == -1 && PyErr_Occurred()) || v < INT32_MIN || v > INT32_MAX) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_OverflowError, "an int out of int32's range");
-            free(out);
-            Py_DECREF(fast);
-            return NULL;
-        }
-        out[i] = (int32_t)v;
-    }
-    Py_DECREF(fast);
-    return out;
-}
-
 /* Close bit sets (w words each) under sets[y] |= sets[x] for every edge x -> y (CSR: the
  * targets of x are tgt[off[x] .. off[x + 1]]), with a work list: the least fixed point,
  * whatever the order. */
@@ -3993,29 +3980,6 @@ csr_of(int32_t n, const int32_t *from, const int32_t *to, int32_t m, int32_t **o
     return 0;
 }
 
-/* the bit set of w words as a Python int */
-static PyObject *
-int_of_bits(const uint64_t *bits, int32_t w)
-{
-    int32_t top = w - 1;
-    while (top > 0 && !bits[top])
-        top--;
-    PyObject *acc = PyLong_FromUnsignedLongLong(bits[top]);
-    if (!acc || top == 0)
-        return acc;
-    PyObject *shift = PyLong_FromLong(64);
-    for (int32_t j = top - 1; j >= 0 && acc; j--) {
-        PyObject *up = shift ? PyNumber_Lshift(acc, shift) : NULL;
-        PyObject *low = up ? PyLong_FromUnsignedLongLong(bits[j]) : NULL;
-        Py_DECREF(acc);
-        acc = low ? PyNumber_Or(up, low) : NULL;
-        Py_XDECREF(up);
-        Py_XDECREF(low);
-    }
-    Py_XDECREF(shift);
-    return acc;
-}
-
 /* follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live,
  * is_ignore) -> (per lexeme, per nonterminal): ParserTables._follow_lexemes_py's bit sets
  * over the lexemes (see there), found with C bit sets. */
@@ -4027,20 +3991,23 @@ follow_sets(PyObject *self, PyObject *args)
     PyObject *o_next, *o_lhs, *o_first, *o_nullable, *o_live, *o_ignore;
     if (!PyArg_ParseTuple(args, "iOOOOOO", &n_nt, &o_next, &o_lhs, &o_first, &o_nullable, &o_live, &o_ignore))
         return NULL;
-    Py_ssize_t n_items = 0, n_lhs = 0, n_rules = 0, n_sym = 0, n_lex = 0, n_ign = 0;
-    int32_t *next = NULL, *lhs_of = NULL, *firsts = NULL, *nullable = NULL, *live = NULL, *ignore = NULL;
+    Py_ssize_t n_items = 0, n_lhs = 0, n_rules = 0, n_sym = 0, n_lex = 0;
+    int32_t *next = NULL, *lhs_of = NULL, *firsts = NULL, *live = NULL;
+    uint8_t *nullable = NULL, *ignore = NULL;
     int32_t *e_from = NULL, *e_to = NULL, *off = NULL, *tgt = NULL, *work = NULL;
     uint64_t *first = NULL, *follow = NULL, *rest = NULL;
     char *queued = NULL;
     PyObject *result = NULL, *lex_out = NULL, *nt_out = NULL;
-    if (!(next = ints_of(o_next, &n_items)) || !(lhs_of = ints_of(o_lhs, &n_lhs)) || !(firsts = ints_of(o_first, &n_rules))
-        || !(nullable = ints_of(o_nullable, &n_sym)) || !(live = ints_of(o_live, &n_lex))
-        || !(ignore = ints_of(o_ignore, &n_ign)))
+    if (!(next = int_array(o_next, &n_items, "item_next")) || !(lhs_of = int_array(o_lhs, &n_lhs, "item_lhs"))
+        || !(firsts = int_array(o_first, &n_rules, "rule_first")) || !(live = int_array(o_live, &n_lex, "lexeme_live")))
         goto done;
-    if (n_nt < 0 || n_sym != n_nt + n_lex || n_ign != n_lex || n_lhs != n_items) {
+    if (n_nt < 0 || n_lhs != n_items) {
         PyErr_SetString(PyExc_ValueError, "follow_sets: inconsistent table sizes");
         goto done;
     }
+    n_sym = n_nt + n_lex;
+    if (!(nullable = bool_array(o_nullable, n_sym, "nullable")) || !(ignore = bool_array(o_ignore, n_lex, "is_ignore")))
+        goto done;
     for (Py_ssize_t i = 0; i < n_items; i++)
         if (next[i] < -1 || next[i] >= n_sym || lhs_of[i] < 0 || lhs_of[i] >= n_nt) {
             PyErr_SetString(PyExc_ValueError, "follow_sets: a symbol out of range");
@@ -4140,13 +4107,13 @@ follow_sets(PyObject *self, PyObject *args)
             else
                 fk[j] |= ignored[j];
         }
-        PyObject *v = int_of_bits(fk, w);
+        PyObject *v = int_of_words(fk, w);
         if (!v)
             goto done;
         PyList_SET_ITEM(lex_out, k, v);
     }
     for (int32_t a = 0; a < n_nt; a++) {
-        PyObject *v = int_of_bits(follow + (size_t)a * w, w);
+        PyObject *v = int_of_words(follow + (size_t)a * w, w);
         if (!v)
             goto done;
         PyList_SET_ITEM(nt_out, a, v);
@@ -4155,12 +4122,12 @@ follow_sets(PyObject *self, PyObject *args)
 done:
     Py_XDECREF(lex_out);
     Py_XDECREF(nt_out);
-    free(next);
-    free(lhs_of);
-    free(firsts);
-    free(nullable);
-    free(live);
-    free(ignore);
+    PyMem_Free(next);
+    PyMem_Free(lhs_of);
+    PyMem_Free(firsts);
+    PyMem_Free(nullable);
+    PyMem_Free(live);
+    PyMem_Free(ignore);
     free(e_from);
     free(e_to);
     free(off);
@@ -4236,8 +4203,8 @@ item_classes(PyObject *self, PyObject *args)
     int32_t *lhs = NULL, *next = NULL, *glued = NULL, *firsts = NULL, *suffix = NULL;
     TripleIds suffixes = {0}, classes = {0};
     PyObject *out = NULL;
-    if (!(lhs = ints_of(o_lhs, &n)) || !(next = ints_of(o_next, &n2)) || !(glued = ints_of(o_glued, &n3))
-        || !(firsts = ints_of(o_first, &n_rules)))
+    if (!(lhs = int_array(o_lhs, &n, "named_lhs")) || !(next = int_array(o_next, &n2, "named_next"))
+        || !(glued = int_array(o_glued, &n3, "glued")) || !(firsts = int_array(o_first, &n_rules, "rule_first")))
         goto done;
     if (n2 != n || n3 != n || (n && next[n - 1] != END)) {
         PyErr_SetString(PyExc_ValueError, "item_classes: inconsistent item tables");
@@ -4288,10 +4255,10 @@ item_classes(PyObject *self, PyObject *args)
         PyList_SET_ITEM(out, i, v);
     }
 done:
-    free(lhs);
-    free(next);
-    free(glued);
-    free(firsts);
+    PyMem_Free(lhs);
+    PyMem_Free(next);
+    PyMem_Free(glued);
+    PyMem_Free(firsts);
     free(suffix);
     free(suffixes.keys);
     free(suffixes.vals);
