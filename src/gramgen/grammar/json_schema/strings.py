@@ -121,12 +121,11 @@ def _escapes(ranges: tuple) -> Regex:
 
 
 _ALL_ESCAPES = _escapes(_NEEDS_ESCAPE)
-_CONSTANT_SPELLINGS: dict = {}
-ANY_JSON_CHAR = json_char(cpdfa.ANY_CHAR)
+ANY_JSON_CHAR = _json_char(cpdfa.ANY_CHAR)
 #: the spellings of the classes that every "any other key" automaton has (every character,
 #: and all but the printable ASCII ones): constants of JSON, read before the cache of
 #: :func:`json_char`, which every cold compile empties
-_CONSTANT_SPELLINGS.update({cpdfa.ANY_CHAR: ANY_JSON_CHAR, cpdfa.SEVERAL_OF_ANY: json_char(cpdfa.SEVERAL_OF_ANY)})
+_CONSTANT_SPELLINGS = {cpdfa.ANY_CHAR: ANY_JSON_CHAR, cpdfa.SEVERAL_OF_ANY: _json_char(cpdfa.SEVERAL_OF_ANY)}
 
 
 def quoted(content: Regex) -> Regex:
