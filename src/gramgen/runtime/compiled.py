@@ -80,9 +80,7 @@ class CompiledGrammar:
         #: per lexeme: its DFA with an explicit sink state, and bool[256] of the bytes that
         #: may follow it (see ParserTables.follow_bytes); shared by classification and walks
         self.sink_tables = [d.sink_table() for d in self.tables.lex_dfas]
-        masks: dict[int, np.ndarray] = {}   # (lexemes share their followers: each set once)
-        self.follow_masks = [masks[f] if f in masks else masks.setdefault(f, _byte_set(f))
-                             for f in self.tables.follow_bytes]
+        self.follow_masks = [_byte_set(f) for f in self.tables.follow_bytes]
         #: the vocabulary classified per lexeme state, on first use
         self.classes = TokenClasses(self.tables, self.token_table, self.sink_tables, self.follow_masks)
         layout = grammar.ir.meta.get("json_layout")
@@ -240,11 +238,8 @@ class CompiledGrammar:
 
 
 def _byte_set(bits: int) -> np.ndarray:
-    """A set of bytes given as an int (bit ``b`` for byte ``b``) as bool[256], read-only
-    (lexemes with the same followers share one)."""
-    out = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little").astype(bool)
-    out.flags.writeable = False
-    return out
+    """A set of bytes given as an int (bit ``b`` for byte ``b``) as bool[256]."""
+    return np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little").astype(bool)
 
 
 def possible_tokens(matcher) -> np.ndarray | None:
