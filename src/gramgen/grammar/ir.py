@@ -218,15 +218,11 @@ class Rule:
     rhs: tuple[str, ...]
 
 
-def productive_symbols(rules: list[Rule], terminals) -> set[str]:
-    """The symbols that derive some finite string: ``terminals`` and every nonterminal
-    with a rule whose symbols are all productive (least fixed point)."""
-    return productive_rules(rules, terminals)[0]
-
-
 def productive_rules(rules: list[Rule], terminals) -> tuple[set[str], list[bool]]:
-    """:func:`productive_symbols`, and per rule whether all its symbols are productive
-    (then so is its left-hand side): the rules a pruned grammar keeps."""
+    """The symbols that derive some finite string (``terminals`` and every nonterminal with
+    a rule whose symbols are all productive: the least fixed point), and per rule whether
+    all its symbols are productive (then so is its left-hand side): the rules a pruned
+    grammar keeps."""
     productive = set(terminals)
     # each rule counts its symbols not known productive yet (a symbol twice, twice); a
     # symbol found productive counts down the rules waiting on it, once per occurrence
