@@ -6,6 +6,7 @@ grammars (ambiguous, left-recursive, nullable, %ignore, lexemes split into rules
 from __future__ import annotations
 
 import os
+import collections
 import random
 
 import numpy as np
@@ -533,6 +534,45 @@ def test_native_table_builders_equal_python_ones():
         multiword += len(tables.lex_dfas) > 64
         glued += any(tables.glued)
     assert multiword >= 20 and glued and aliased
+
+
+@pytest.mark.skipif(earley._earley is None, reason="the native recogniser is not built")
+def test_native_rule_items_equal_python():
+    """``_earley.rule_items`` (the parser tables' productive rules, nonterminal numbering
+    and item arrays in C) gives what ``earley._rule_items_py`` gives, on random rule lists:
+    unproductive nonterminals (only recursive rules, or no rule at all), a symbol twice in
+    a body, lexemes that match nothing, the start a nonterminal, a lexeme or undefined, and
+    the augmented start's name taken by a rule."""
+    from gramgen.grammar.ir import GrammarIR, Rule
+
+    rng = random.Random(2)
+    outcomes = collections.Counter()
+    for _ in range(600):
+        nts = [f"n{i}" for i in range(rng.randint(1, 7))] + (["$start"] if rng.random() < 0.1 else [])
+        lexemes = [f"L{k}" for k in range(rng.randint(1, 9))]
+        pool = nts + lexemes + ["undefined"]
+        rules = []
+        for _ in range(rng.randint(0, 4 * len(nts))):
+            body = [rng.choice(pool) for _ in range(rng.choice([0, 1, 2, 2, 3, 5]))]
+            if body and rng.random() < 0.2:
+                body.append(body[0])   # a symbol twice
+            rules.append(Rule(rng.choice(nts), tuple(body) if rng.random() < 0.8 else body))
+        live = [rng.random() < 0.8 for _ in lexemes]
+        start = rng.choice(nts + lexemes[:1] + ["undefined"])
+        ir = GrammarIR(rules=rules, lexemes={n: None for n in lexemes}, start=start)
+        want = earley._rule_items_py(ir, lexemes, live, "$start")
+        got = earley._earley.rule_items(ir.rules, lexemes, live, start, "$start")
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert list(got) == list(want)
+            outcomes["kept all" if len(want[0]) == len(rules) + 1 else "pruned"] += 1
+        else:
+            outcomes["empty language"] += 1
+    assert len(outcomes) == 3 and min(outcomes.values()) >= 15, outcomes
+    with pytest.raises(TypeError):
+        earley._earley.rule_items([Rule("a", (1,))], ["L"], [True], "a", "$start")
+    with pytest.raises(ValueError):
+        earley._earley.rule_items([Rule("a", ("L",))], ["L"], [True, False], "a", "$start")
 
 
 def test_native_item_classes_on_random_tables():

@@ -4267,11 +4267,381 @@ done:
     return out;
 }
 
+/* A name's symbol id (interned in `ids`, a dict name -> id): the id it has, or the next one
+ * (then *fresh is set); -1 with an exception set on failure */
+static Py_ssize_t
+symbol_id(PyObject *ids, PyObject *name, int *fresh)
+{
+    PyObject *found = PyDict_GetItemWithError(ids, name);
+    if (found)
+        return PyLong_AsSsize_t(found);
+    if (PyErr_Occurred())
+        return -1;
+    Py_ssize_t id = PyDict_GET_SIZE(ids);
+    PyObject *v = PyLong_FromSsize_t(id);
+    if (!v || PyDict_SetItem(ids, name, v) < 0) {
+        Py_XDECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    *fresh = 1;
+    return id;
+}
+
+static int
+grow_ints(int32_t **a, Py_ssize_t *cap, Py_ssize_t need)
+{
+    if (need <= *cap)
+        return 0;
+    Py_ssize_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    int32_t *b = realloc(*a, (size_t)c * sizeof(int32_t));
+    if (!b)
+        return -1;
+    *a = b;
+    *cap = c;
+    return 0;
+}
+
+/* tuple of ints from an int32 array */
+static PyObject *
+int_tuple(const int32_t *a, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLong(a[i]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+/* rule_items(rules, lexeme_names, live, start, augmented): ParserTables' rules and items
+ * (earley._rule_items_py is the reference, with the same output). `rules`: objects with
+ * `lhs` and `rhs`; `live[k]`: lexeme k derives some string. Keeps the rules whose every
+ * symbol is productive (a live lexeme, or a nonterminal with such a rule; none where
+ * `start` is a lexeme), after `augmented -> start`; nonterminals numbered in order of
+ * first left-hand side. None when `start` is not productive. Else (rules as (lhs, rhs)
+ * pairs, nonterminal names, item_next, item_lhs, item_rule, rule_first, rules_of,
+ * relevant_item). */
+static PyObject *
+rule_items(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o_rules, *o_lex, *o_live, *start, *augmented;
+    if (!PyArg_ParseTuple(args, "OOOUU", &o_rules, &o_lex, &o_live, &start, &augmented))
+        return NULL;
+    PyObject *rules = NULL, *lex = NULL, *ids = NULL, *names = NULL, *result = NULL;
+    PyObject *lhs_attr = NULL, *rhs_attr = NULL, *kept_rules = NULL, *nt_names = NULL;
+    PyObject **rhs_of = NULL;
+    int32_t *lhs = NULL, *body_at = NULL, *body = NULL, *lex_k = NULL, *missing = NULL;
+    int32_t *w_off = NULL, *w_rule = NULL, *work = NULL, *nt_of = NULL, *rule_nt = NULL;
+    int32_t *next = NULL, *item_lhs = NULL, *item_rule = NULL, *firsts = NULL, *kept = NULL;
+    int32_t *rules_of_n = NULL, *rules_of_at = NULL, *rules_of = NULL;
+    uint8_t *live = NULL, *productive = NULL;
+    Py_ssize_t body_cap = 0, sym_cap = 0, n_items = 0, n_rules = 0, n_lex = 0;
+    if (!(rules = PySequence_Fast(o_rules, "rules")) || !(lex = PySequence_Fast(o_lex, "lexeme_names")))
+        goto done;
+    n_rules = PySequence_Fast_GET_SIZE(rules);
+    n_lex = PySequence_Fast_GET_SIZE(lex);
+    if (!(live = bool_array(o_live, n_lex, "live")) || !(ids = PyDict_New()) || !(names = PyList_New(0))
+        || !(lhs_attr = PyUnicode_InternFromString("lhs")) || !(rhs_attr = PyUnicode_InternFromString("rhs")))
+        goto done;
+    lhs = malloc((size_t)(n_rules + 1) * sizeof(int32_t));
+    body_at = malloc((size_t)(n_rules + 2) * sizeof(int32_t));
+    rhs_of = calloc((size_t)n_rules + 1, sizeof(PyObject *));
+    if (!lhs || !body_at || !rhs_of) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* symbols: the lexemes first (ids 0..n_lex-1), then the other names as they come */
+#define INTERN(name, out)                                                   \
+    do {                                                                    \
+        int fresh_ = 0;                                                     \
+        Py_ssize_t id_ = symbol_id(ids, (name), &fresh_);                   \
+        if (id_ < 0)                                                        \
+            goto done;                                                      \
+        if (fresh_) {                                                       \
+            if (id_ > INT32_MAX - 2 || PyList_Append(names, (name)) < 0     \
+                || grow_ints(&lex_k, &sym_cap, id_ + 1)) {                  \
+                if (!PyErr_Occurred())                                      \
+                    PyErr_NoMemory();                                       \
+                goto done;                                                  \
+            }                                                               \
+            lex_k[id_] = -1;                                                \
+        }                                                                   \
+        (out) = (int32_t)id_;                                               \
+    } while (0)
+    for (Py_ssize_t k = 0; k < n_lex; k++) {
+        PyObject *name = PySequence_Fast_GET_ITEM(lex, k);
+        int32_t id;
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "rule_items: a lexeme name that is not a str");
+            goto done;
+        }
+        INTERN(name, id);
+        if (lex_k[id] < 0)
+            lex_k[id] = (int32_t)k;
+    }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        PyObject *rule = PySequence_Fast_GET_ITEM(rules, r);
+        PyObject *l = PyObject_GetAttr(rule, lhs_attr);
+        if (!l)
+            goto done;
+        if (!PyUnicode_Check(l)) {
+            Py_DECREF(l);
+            PyErr_SetString(PyExc_TypeError, "rule_items: a left-hand side that is not a str");
+            goto done;
+        }
+        int32_t id;
+        INTERN(l, id);
+        Py_DECREF(l);
+        lhs[r] = id;
+        PyObject *rhs_o = PyObject_GetAttr(rule, rhs_attr);
+        if (!rhs_o)
+            goto done;
+        rhs_of[r] = PySequence_Tuple(rhs_o);
+        Py_DECREF(rhs_o);
+        if (!rhs_of[r])
+            goto done;
+        Py_ssize_t len = PyTuple_GET_SIZE(rhs_of[r]);
+        body_at[r] = (int32_t)m;
+        if (m + len > INT32_MAX - 2 || grow_ints(&body, &body_cap, m + len + 1)) {
+            if (!PyErr_Occurred())
+                PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t j = 0; j < len; j++) {
+            PyObject *s = PyTuple_GET_ITEM(rhs_of[r], j);
+            if (!PyUnicode_Check(s)) {
+                PyErr_SetString(PyExc_TypeError, "rule_items: a symbol that is not a str");
+                goto done;
+            }
+            INTERN(s, body[m]);
+            m++;
+        }
+    }
+    body_at[n_rules] = (int32_t)m;
+    int32_t start_id, aug_id;
+    INTERN(start, start_id);
+    INTERN(augmented, aug_id);
+#undef INTERN
+    const Py_ssize_t n_sym = PyDict_GET_SIZE(ids);
+    /* productive: the least fixed point, each rule counting its symbols not known yet
+     * (once per occurrence) and each symbol the rules waiting on it (ir.productive_rules) */
+    productive = calloc((size_t)n_sym + 1, 1);
+    missing = calloc((size_t)n_rules + 1, sizeof(int32_t));
+    w_off = calloc((size_t)n_sym + 2, sizeof(int32_t));
+    w_rule = malloc((size_t)(m + 1) * sizeof(int32_t));
+    work = malloc((size_t)(n_sym + n_rules + 1) * sizeof(int32_t));
+    if (!productive || !missing || !w_off || !w_rule || !work) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t id = 0; id < n_sym; id++)
+        productive[id] = lex_k[id] >= 0 && live[lex_k[id]];
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        for (int32_t j = body_at[r]; j < body_at[r + 1]; j++)
+            if (!productive[body[j]]) {
+                missing[r]++;
+                w_off[body[j] + 1]++;
+            }
+    for (Py_ssize_t id = 0; id < n_sym; id++)
+        w_off[id + 1] += w_off[id];
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        for (int32_t j = body_at[r]; j < body_at[r + 1]; j++)
+            if (!productive[body[j]])
+                w_rule[w_off[body[j]]++] = (int32_t)r;
+    for (Py_ssize_t id = n_sym; id > 0; id--)
+        w_off[id] = w_off[id - 1];
+    w_off[0] = 0;
+    Py_ssize_t top = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        if (!missing[r])
+            work[top++] = lhs[r];
+    while (top) {
+        int32_t s = work[--top];
+        if (productive[s])
+            continue;
+        productive[s] = 1;
+        for (int32_t j = w_off[s]; j < w_off[s + 1]; j++)
+            if (!--missing[w_rule[j]])
+                work[top++] = lhs[w_rule[j]];
+    }
+    if (!productive[start_id]) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    /* the kept rules, after augmented -> start (none where the start is a lexeme) */
+    kept = malloc((size_t)(n_rules + 1) * sizeof(int32_t));
+    nt_of = malloc((size_t)(n_sym + 1) * sizeof(int32_t));
+    rule_nt = malloc((size_t)(n_rules + 2) * sizeof(int32_t));
+    if (!kept || !nt_of || !rule_nt) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t n_kept = 0;
+    if (lex_k[start_id] < 0)
+        for (Py_ssize_t r = 0; r < n_rules; r++)
+            if (!missing[r])
+                kept[n_kept++] = (int32_t)r;
+    for (Py_ssize_t id = 0; id < n_sym; id++)
+        nt_of[id] = -1;
+    int32_t n_nt = 0;
+    nt_of[aug_id] = n_nt++;
+    rule_nt[0] = nt_of[aug_id];
+    for (Py_ssize_t i = 0; i < n_kept; i++) {
+        int32_t a = lhs[kept[i]];
+        if (nt_of[a] < 0)
+            nt_of[a] = n_nt++;
+        rule_nt[i + 1] = nt_of[a];
+    }
+    const Py_ssize_t n_out = n_kept + 1;
+    n_items = n_out + 1 + (Py_ssize_t)m;   /* at most: every body once, one end per rule */
+    next = malloc((size_t)n_items * sizeof(int32_t));
+    item_lhs = malloc((size_t)n_items * sizeof(int32_t));
+    item_rule = malloc((size_t)n_items * sizeof(int32_t));
+    firsts = malloc((size_t)n_out * sizeof(int32_t));
+    rules_of_n = calloc((size_t)n_nt + 1, sizeof(int32_t));
+    rules_of_at = calloc((size_t)n_nt + 1, sizeof(int32_t));
+    rules_of = malloc((size_t)n_out * sizeof(int32_t));
+    if (!next || !item_lhs || !item_rule || !firsts || !rules_of_n || !rules_of_at || !rules_of) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t r = 0; r < n_out; r++) {
+        firsts[r] = (int32_t)at;
+        rules_of_n[rule_nt[r]]++;
+        const int32_t a = rule_nt[r];
+        if (r == 0) {   /* augmented -> start */
+            int32_t s = nt_of[start_id] >= 0 ? nt_of[start_id] : (int32_t)(n_nt + lex_k[start_id]);
+            next[at] = s;
+            item_lhs[at] = a;
+            item_rule[at++] = 0;
+        } else {
+            int32_t k = kept[r - 1];
+            for (int32_t j = body_at[k]; j < body_at[k + 1]; j++) {
+                int32_t s = body[j];
+                if (nt_of[s] < 0 && lex_k[s] < 0) {
+                    PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(names, s));
+                    goto done;
+                }
+                next[at] = nt_of[s] >= 0 ? nt_of[s] : (int32_t)(n_nt + lex_k[s]);
+                item_lhs[at] = a;
+                item_rule[at++] = (int32_t)r;
+            }
+        }
+        next[at] = END;
+        item_lhs[at] = a;
+        item_rule[at++] = (int32_t)r;
+    }
+    n_items = at;
+    for (int32_t a = 1; a <= n_nt; a++)
+        rules_of_at[a] = rules_of_at[a - 1] + rules_of_n[a - 1];
+    for (Py_ssize_t r = 0; r < n_out; r++)
+        rules_of[rules_of_at[rule_nt[r]]++] = firsts[r];
+    /* the Python objects */
+    if (!(kept_rules = PyList_New(n_out)) || !(nt_names = PyList_New(n_nt)))
+        goto done;
+    {
+        PyObject *aug_rhs = PyTuple_Pack(1, start);
+        PyObject *pair = aug_rhs ? PyTuple_Pack(2, augmented, aug_rhs) : NULL;
+        Py_XDECREF(aug_rhs);
+        if (!pair)
+            goto done;
+        PyList_SET_ITEM(kept_rules, 0, pair);
+    }
+    for (Py_ssize_t i = 0; i < n_kept; i++) {
+        int32_t k = kept[i];
+        PyObject *pair = PyTuple_Pack(2, PyList_GET_ITEM(names, lhs[k]), rhs_of[k]);
+        if (!pair)
+            goto done;
+        PyList_SET_ITEM(kept_rules, i + 1, pair);
+    }
+    for (Py_ssize_t id = 0; id < n_sym; id++)
+        if (nt_of[id] >= 0) {
+            PyObject *nm = PyList_GET_ITEM(names, id);
+            Py_INCREF(nm);
+            PyList_SET_ITEM(nt_names, nt_of[id], nm);
+        }
+    PyObject *t_next = int_tuple(next, n_items), *t_lhs = int_tuple(item_lhs, n_items);
+    PyObject *t_rule = int_tuple(item_rule, n_items), *t_first = int_tuple(firsts, n_out);
+    PyObject *t_of = PyTuple_New(n_nt), *t_rel = PyTuple_New(n_items);
+    if (t_next && t_lhs && t_rule && t_first && t_of && t_rel) {
+        int ok = 1;
+        for (int32_t a = 0; a < n_nt && ok; a++) {
+            int32_t lo = a ? rules_of_at[a - 1] : 0;
+            /* (rules_of_at[a] now ends group a) */
+            PyObject *g = int_tuple(rules_of + lo, rules_of_at[a] - lo);
+            if (!g)
+                ok = 0;
+            else
+                PyTuple_SET_ITEM(t_of, a, g);
+        }
+        for (Py_ssize_t i = 0; i < n_items && ok; i++) {
+            PyObject *b = (next[i] != END || i == firsts[0] + 1) ? Py_True : Py_False;
+            Py_INCREF(b);
+            PyTuple_SET_ITEM(t_rel, i, b);
+        }
+        if (ok)
+            result = PyTuple_Pack(8, kept_rules, nt_names, t_next, t_lhs, t_rule, t_first, t_of, t_rel);
+    }
+    Py_XDECREF(t_next);
+    Py_XDECREF(t_lhs);
+    Py_XDECREF(t_rule);
+    Py_XDECREF(t_first);
+    Py_XDECREF(t_of);
+    Py_XDECREF(t_rel);
+done:
+    if (rhs_of)
+        for (Py_ssize_t r = 0; r < n_rules; r++)
+            Py_XDECREF(rhs_of[r]);
+    Py_XDECREF(rules);
+    Py_XDECREF(lex);
+    Py_XDECREF(ids);
+    Py_XDECREF(names);
+    Py_XDECREF(lhs_attr);
+    Py_XDECREF(rhs_attr);
+    Py_XDECREF(kept_rules);
+    Py_XDECREF(nt_names);
+    free(rhs_of);
+    free(lhs);
+    free(body_at);
+    free(body);
+    free(lex_k);
+    free(missing);
+    free(w_off);
+    free(w_rule);
+    free(work);
+    free(nt_of);
+    free(rule_nt);
+    free(next);
+    free(item_lhs);
+    free(item_rule);
+    free(firsts);
+    free(kept);
+    free(rules_of_n);
+    free(rules_of_at);
+    free(rules_of);
+    PyMem_Free(live);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"item_classes", item_classes, METH_VARARGS,
      "item_classes(named_lhs, named_next, glued, rule_first, accept_item)"},
     {"follow_sets", follow_sets, METH_VARARGS,
      "follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live, is_ignore)"},
+    {"rule_items", rule_items, METH_VARARGS, "rule_items(rules, lexeme_names, live, start, augmented)"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -159,40 +159,20 @@ class ParserTables:
         self.is_ignore = [k >= n_plain for k in range(len(lex_dfas))]
         self.ignore_lexemes = list(range(n_plain, len(lex_dfas)))
 
-        rules = _productive_rules(ir, {n for n in lexeme_names if not dfas[n].is_empty})
-        augmented = "$start"
-        rules = [(augmented, (ir.start,))] + rules
-        nt_index: dict[str, int] = {}
-        for lhs, _ in rules:
-            nt_index.setdefault(lhs, len(nt_index))
-        self.nt_names = nt_names = list(nt_index)
-        lex_index = {n: i for i, n in enumerate(lexeme_names)}
-        N = len(nt_names)
+        live = [not dfas[n].is_empty for n in lexeme_names]
+        if NATIVE:
+            made = _earley.rule_items(ir.rules, lexeme_names, live, ir.start, "$start")
+        else:
+            made = _rule_items_py(ir, lexeme_names, live, "$start")
+        if made is None:
+            raise GrammarError(f"the grammar's language is empty (start symbol {ir.start!r} "
+                               "derives no string)", source=ir.source)
+        (rules, self.nt_names, self.item_next, self.item_lhs, self.item_rule, self.rule_first,
+         self.rules_of, self.relevant_item) = made
+        nt_index = {name: a for a, name in enumerate(self.nt_names)}
+        N = len(self.nt_names)
         self.n_nonterminals = N
-
-        def code(sym: str) -> int:
-            return nt_index[sym] if sym in nt_index else N + lex_index[sym]
-
-        self.item_next: list[int] = []
-        self.item_lhs: list[int] = []
-        self.item_rule: list[int] = []
-        self.rule_first: list[int] = []
-        self.rules_of: list[list[int]] = [[] for _ in range(N)]
         self.rule_list = rules
-        for r, (lhs, rhs) in enumerate(rules):
-            first = len(self.item_next)
-            self.rule_first.append(first)
-            self.rules_of[nt_index[lhs]].append(first)
-            for sym in rhs:
-                self.item_next.append(code(sym))
-                self.item_lhs.append(nt_index[lhs])
-                self.item_rule.append(r)
-            self.item_next.append(END)
-            self.item_lhs.append(nt_index[lhs])
-            self.item_rule.append(r)
-        # (tuples of ints, which the cyclic collector stops tracking: a compiled grammar
-        # keeps as few tracked objects as it can, each one is walked by every full collection)
-        self.rules_of = [tuple(firsts) for firsts in self.rules_of]
         self.accept_item = self.rule_first[0] + 1
         # positions inside a lexeme split into rules (see grammar.split): no ignored lexeme
         # starts there, and none resumes a parse there
@@ -213,8 +193,6 @@ class ParserTables:
                                                    self.accept_item)
         else:
             self.item_class = self._item_classes_py(named_lhs, named_next)
-        # what a set's future depends on: items still waiting for something, and acceptance
-        self.relevant_item = [nxt != END or i == self.accept_item for i, nxt in enumerate(self.item_next)]
 
         self.lex_rows = [d.rows for d in lex_dfas]
         self.lex_accept = [tuple(d.accepting.tolist()) for d in lex_dfas]
@@ -747,15 +725,45 @@ def _shortest_word(dfa) -> int:
     return 1 << 30
 
 
-def _productive_rules(ir: GrammarIR, live_lexemes: set[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """Rules whose every symbol can derive some string; an empty language is an error."""
-    productive, kept = productive_rules(ir.rules, live_lexemes)
+def _rule_items_py(ir: GrammarIR, lexeme_names: list[str], live: list[bool], augmented: str):
+    """The rules and items of :class:`ParserTables` (``_earley.rule_items`` is the same in C):
+    the rules whose every symbol is productive (a live lexeme, or a nonterminal with such a
+    rule; none where the start is a lexeme) after ``augmented -> start``, as (lhs, rhs)
+    pairs; the nonterminals' names, numbered in order of first left-hand side; per item,
+    the symbol after the dot (nonterminal ``n`` is ``n``, lexeme ``k`` is ``N + k``, END at
+    a rule's end), its rule's left-hand side and rule; each rule's first item; each
+    nonterminal's rules (by first item); per item, whether a set's future depends on it
+    (it waits for something, or it accepts). None when the start derives no string."""
+    productive, kept = productive_rules(ir.rules, [n for n, ok in zip(lexeme_names, live) if ok])
     if ir.start not in productive:
-        raise GrammarError(f"the grammar's language is empty (start symbol {ir.start!r} "
-                           "derives no string)", source=ir.source)
-    if ir.start in ir.lexemes:
-        return []
-    return [(r.lhs, tuple(r.rhs)) for r, keep in zip(ir.rules, kept) if keep]
+        return None
+    rules = [] if ir.start in ir.lexemes else [(r.lhs, tuple(r.rhs)) for r, keep in zip(ir.rules, kept) if keep]
+    rules = [(augmented, (ir.start,))] + rules
+    nt_index: dict[str, int] = {}
+    for lhs, _ in rules:
+        nt_index.setdefault(lhs, len(nt_index))
+    lex_index = {n: i for i, n in enumerate(lexeme_names)}
+    N = len(nt_index)
+    item_next: list[int] = []
+    item_lhs: list[int] = []
+    item_rule: list[int] = []
+    rule_first: list[int] = []
+    rules_of: list[list[int]] = [[] for _ in range(N)]
+    for r, (lhs, rhs) in enumerate(rules):
+        first = len(item_next)
+        rule_first.append(first)
+        rules_of[nt_index[lhs]].append(first)
+        for sym in rhs:
+            item_next.append(nt_index[sym] if sym in nt_index else N + lex_index[sym])
+            item_lhs.append(nt_index[lhs])
+            item_rule.append(r)
+        item_next.append(END)
+        item_lhs.append(nt_index[lhs])
+        item_rule.append(r)
+    accept_item = rule_first[0] + 1
+    relevant = [nxt != END or i == accept_item for i, nxt in enumerate(item_next)]
+    return (rules, list(nt_index), tuple(item_next), tuple(item_lhs), tuple(item_rule), tuple(rule_first),
+            tuple(tuple(firsts) for firsts in rules_of), tuple(relevant))
 
 
 def _propagate(sets: list[int], edges: list[list[int]]) -> None:
