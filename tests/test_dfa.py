@@ -736,3 +736,97 @@ def test_keys_share_the_dfa_of_their_value():
         ref = real(rx, 10_000)
         assert np.array_equal(dfas[name].transitions, ref.transitions), name
     assert len(built) < len(ir.lexemes), (len(built), len(ir.lexemes))
+
+
+# ------------------------------------------------- a DFA's words without some prefixes
+
+
+def _accepts(d: ByteDFA, word: bytes) -> bool:
+    q = 0 if d.n_states else -1
+    for b in word:
+        if q < 0:
+            return False
+        q = int(d.transitions[q, b])
+    return q >= 0 and bool(d.accepting[q])
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.recursive(_leaf, _extend, max_leaves=10), st.randoms(use_true_random=False),
+       st.sampled_from([10_000, 10]))
+def test_without_prefixes_is_the_difference(rx, rng, max_states):
+    """``without_prefixes(F, P)`` accepts exactly F's words that start with no word of P:
+    every word up to 4 bytes over the bytes that matter (a byte of each of F's classes and
+    the prefixes' bytes), with prefixes taken along F's paths (some of them words of F,
+    some the empty word, some outside F). The result is minimal and numbered canonically:
+    the C and Python versions give the same tables, and minimizing it again changes
+    nothing. Past ``max_states`` states in the product both say so."""
+    from gramgen.automata import dfa as dfa_module
+
+    _native_module()
+    try:
+        F = dfa_module._compile_regex(rx, 10_000)
+    except CompileLimitError:
+        return
+    prefixes = []
+    for _ in range(rng.randint(0, 5)):
+        q, word = 0, b""
+        for _ in range(rng.randint(0, 4)):
+            if q < 0 or not F.n_states:
+                break
+            live = np.flatnonzero(F.transitions[q] >= 0)
+            b = int(rng.choice(live.tolist())) if len(live) and rng.random() < 0.9 else rng.randrange(256)
+            word += bytes([b])
+            q = int(F.transitions[q, b])
+        if word or rng.random() < 0.1:
+            prefixes.append(word)
+    outcomes = []
+    for native in (True, False):
+        saved, dfa_module.NATIVE = dfa_module.NATIVE, native
+        try:
+            outcomes.append(dfa_module.without_prefixes(F, prefixes, max_states))
+        except CompileLimitError:
+            outcomes.append(None)
+        finally:
+            dfa_module.NATIVE = saved
+    got, plain = outcomes
+    assert (got is None) == (plain is None)
+    if got is None:
+        return
+    assert np.array_equal(got.transitions, plain.transitions) and np.array_equal(got.accepting, plain.accepting)
+    if got.n_states:
+        trans, _ = dfa_module._minimize(got.transitions.tolist(), got.accepting.tolist())
+        assert len(trans) == got.n_states
+    _, reps = np.unique(F.byte_classes(), return_index=True)
+    alphabet = sorted(set(reps.tolist()) | {b for p in prefixes for b in p})
+    alphabet = alphabet[:4] + sorted(rng.sample(alphabet[4:], max(0, min(4, len(alphabet) - 4))))
+    for n in range(5):
+        for word in itertools.product(alphabet, repeat=n):
+            w = bytes(word)
+            want = _accepts(F, w) and not any(w.startswith(p) for p in prefixes)
+            assert _accepts(got, w) == want, (w, prefixes)
+
+
+def test_without_prefixes_edges():
+    """The empty prefix leaves nothing; no prefix leaves the DFA as it is; a prefix that
+    is a whole word removes just what starts with it; the empty DFA stays empty; bad
+    input is refused."""
+    from gramgen.automata import dfa as dfa_module
+
+    _native_module()
+    F = dfa("ab*c|abd")
+    assert dfa_module.without_prefixes(F, [b""]).n_states == 0
+    same = dfa_module.without_prefixes(F, [])
+    assert np.array_equal(same.transitions, F.transitions) and np.array_equal(same.accepting, F.accepting)
+    cut = dfa_module.without_prefixes(F, [b"abb", b"zz"])
+    assert [_accepts(cut, w) for w in (b"ac", b"abc", b"abbc", b"abd", b"abbbc")] == [True, True, False, True, False]
+    empty = dfa_module.without_prefixes(dfa_module.compile_regex(NOTHING), [b"a"])
+    assert empty.n_states == 0
+    sink, acc = F.sink_table()
+    with pytest.raises(ValueError):
+        dfa_module._dfabuild.without_prefixes(sink[:-1], acc[:F.n_states], F.byte_classes(), [], 100)
+    with pytest.raises(TypeError):
+        dfa_module._dfabuild.without_prefixes(sink, acc[:F.n_states], F.byte_classes(), ["ab"], 100)
+    bad = sink.copy()
+    bad[0, 0] = F.n_states + 5
+    with pytest.raises(ValueError):
+        dfa_module._dfabuild.without_prefixes(bad, acc[:F.n_states], F.byte_classes(), [], 100)

@@ -840,6 +840,44 @@ csr_offsets(const Vec *from, int32_t n)
 
 /* ------------------------------------------------------------------- entry point */
 
+/* The minimal DFA in `b` (over the classes of `class_of`) as compile_program returns it:
+ * (OK, table over bytes with -1 for no transition, the same with an explicit sink state n
+ * in place of -1 and a last row of sinks, accepting flags, n, classes) */
+static PyObject *
+dfa_result(const Build *b, const int32_t *class_of)
+{
+    PyObject *result = NULL;
+    const int32_t n = b->n_dfa, k = b->nfa.n_classes;
+    PyObject *tr = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 256 * 4);
+    PyObject *sink = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)n + 1) * 256 * 4);
+    PyObject *acc = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+    PyObject *classes = PyBytes_FromStringAndSize(NULL, 256);
+    if (tr && sink && acc && classes) {
+        char *out_classes = PyBytes_AS_STRING(classes);
+        for (int x = 0; x < 256; x++)
+            out_classes[x] = (char)class_of[x];
+        int32_t *out = (int32_t *)PyBytes_AS_STRING(tr), *out_sink = (int32_t *)PyBytes_AS_STRING(sink);
+        char *out_acc = PyBytes_AS_STRING(acc);
+        for (int32_t q = 0; q < n; q++) {
+            const int32_t *row = b->trans.v + (size_t)q * k;
+            for (int x = 0; x < 256; x++) {
+                int32_t t2 = row[class_of[x]];
+                out[(size_t)q * 256 + x] = t2;
+                out_sink[(size_t)q * 256 + x] = t2 < 0 ? n : t2;
+            }
+            out_acc[q] = b->accepting.v[q] != 0;
+        }
+        for (int x = 0; x < 256; x++)
+            out_sink[(size_t)n * 256 + x] = n;
+        result = Py_BuildValue("(iOOOiO)", OK, tr, sink, acc, n, classes);
+    }
+    Py_XDECREF(tr);
+    Py_XDECREF(sink);
+    Py_XDECREF(acc);
+    Py_XDECREF(classes);
+    return result;
+}
+
 static PyObject *
 compile_program(PyObject *self, PyObject *args)
 {
@@ -919,36 +957,7 @@ compile_program(PyObject *self, PyObject *args)
     } else if (status != OK) {
         result = Py_BuildValue("(iOOOiO)", status, Py_None, Py_None, Py_None, 0, Py_None);
     } else {
-        /* the table over bytes (-1: no transition), the same with an explicit sink state
-         * n in place of -1 and a last row of sinks, and the accepting flags */
-        const int32_t n = b.n_dfa, k = b.nfa.n_classes;
-        PyObject *tr = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 256 * 4);
-        PyObject *sink = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)n + 1) * 256 * 4);
-        PyObject *acc = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
-        PyObject *classes = PyBytes_FromStringAndSize(NULL, 256);
-        if (tr && sink && acc && classes) {
-            char *out_classes = PyBytes_AS_STRING(classes);
-            for (int x = 0; x < 256; x++)
-                out_classes[x] = (char)class_of[x];
-            int32_t *out = (int32_t *)PyBytes_AS_STRING(tr), *out_sink = (int32_t *)PyBytes_AS_STRING(sink);
-            char *out_acc = PyBytes_AS_STRING(acc);
-            for (int32_t q = 0; q < n; q++) {
-                const int32_t *row = b.trans.v + (size_t)q * k;
-                for (int x = 0; x < 256; x++) {
-                    int32_t t2 = row[class_of[x]];
-                    out[(size_t)q * 256 + x] = t2;
-                    out_sink[(size_t)q * 256 + x] = t2 < 0 ? n : t2;
-                }
-                out_acc[q] = b.accepting.v[q] != 0;
-            }
-            for (int x = 0; x < 256; x++)
-                out_sink[(size_t)n * 256 + x] = n;
-            result = Py_BuildValue("(iOOOiO)", OK, tr, sink, acc, n, classes);
-        }
-        Py_XDECREF(tr);
-        Py_XDECREF(sink);
-        Py_XDECREF(acc);
-        Py_XDECREF(classes);
+        result = dfa_result(&b, class_of);
     }
     free(t.eps_from.v);
     free(t.eps_to.v);
@@ -1064,6 +1073,195 @@ with_prefix(PyObject *self, PyObject *args)
     Py_XDECREF(classes);
 out:
     PyBuffer_Release(&data_b);
+    PyBuffer_Release(&sink_b);
+    PyBuffer_Release(&acc_b);
+    PyBuffer_Release(&cls_b);
+    return result;
+}
+
+/* ------------------------------------------------------------ words without prefixes */
+
+/* without_prefixes(sink, accepting, classes, prefixes, max_states): the minimal DFA of the
+ * words of a DFA (given in sink form: n + 1 rows of 256 int32, the sink n last; its
+ * accepting flags, n bytes; its byte classes, 256 bytes) that start with none of
+ * `prefixes` (a sequence of bytes), in the form of compile_program (status TOO_MANY_STATES
+ * when the product has more than max_states states). The product of the DFA with the
+ * prefixes' trie: a trie node pairs with the one state its path reaches, a word that
+ * leaves the trie goes on in the DFA's own states, a word that completes a prefix dies;
+ * then trimmed, minimized and numbered as compile_program numbers (the same tables as
+ * building the difference from a regex; gramgen.automata.dfa.without_prefixes). */
+static PyObject *
+without_prefixes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer sink_b, acc_b, cls_b;
+    PyObject *o_prefixes;
+    int max_states;
+    if (!PyArg_ParseTuple(args, "y*y*y*Oi", &sink_b, &acc_b, &cls_b, &o_prefixes, &max_states))
+        return NULL;
+    PyObject *result = NULL, *prefixes = NULL;
+    int32_t *first_child = NULL, *next_sib = NULL, *node_f = NULL, *id_of = NULL, *order = NULL;
+    uint8_t *byte_of = NULL, *terminal = NULL;
+    Build b;
+    memset(&b, 0, sizeof(b));
+    const Py_ssize_t n = acc_b.len;
+    if (sink_b.len != (n + 1) * 256 * 4 || cls_b.len != 256 || n > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "without_prefixes: expected a sink table of n + 1 rows and 256 classes");
+        goto out;
+    }
+    if (!(prefixes = PySequence_Fast(o_prefixes, "prefixes")))
+        goto out;
+    const int32_t *F = sink_b.buf;
+    const char *F_acc = acc_b.buf;
+    const uint8_t *F_cls = cls_b.buf;
+    for (Py_ssize_t i = 0; i < (n + 1) * 256; i++)
+        if (F[i] < 0 || F[i] > n) {
+            PyErr_SetString(PyExc_ValueError, "without_prefixes: a state out of range");
+            goto out;
+        }
+    /* the trie: node 0 the root; children as linked lists */
+    Py_ssize_t cap = 1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(prefixes); i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(prefixes, i);
+        if (!PyBytes_Check(p)) {
+            PyErr_SetString(PyExc_TypeError, "without_prefixes: the prefixes must be bytes");
+            goto out;
+        }
+        cap += PyBytes_GET_SIZE(p);
+    }
+    if (cap > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_OverflowError, "without_prefixes: too many prefix bytes");
+        goto out;
+    }
+    first_child = malloc((size_t)cap * sizeof(int32_t));
+    next_sib = malloc((size_t)cap * sizeof(int32_t));
+    node_f = malloc((size_t)cap * sizeof(int32_t));
+    id_of = malloc((size_t)cap * sizeof(int32_t));
+    order = malloc((size_t)cap * sizeof(int32_t));
+    byte_of = malloc((size_t)cap);
+    terminal = calloc((size_t)cap, 1);
+    if (!first_child || !next_sib || !node_f || !id_of || !order || !byte_of || !terminal) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    int32_t n_nodes = 1;
+    first_child[0] = next_sib[0] = -1;
+    int own[256] = {0};
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(prefixes); i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(prefixes, i);
+        const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(p);
+        int32_t t = 0;
+        for (Py_ssize_t j = 0; j < PyBytes_GET_SIZE(p); j++) {
+            int32_t c = first_child[t];
+            while (c >= 0 && byte_of[c] != d[j])
+                c = next_sib[c];
+            if (c < 0) {
+                c = n_nodes++;
+                byte_of[c] = d[j];
+                first_child[c] = -1;
+                next_sib[c] = first_child[t];
+                first_child[t] = c;
+                own[d[j]] = 1;
+            }
+            t = c;
+        }
+        terminal[t] = 1;
+    }
+    /* byte classes: the DFA's, each byte on a trie edge in a class of its own; numbered in
+     * order of first byte (as compile_program numbers them) */
+    int32_t class_of[256], rep[256], seen_cls[512];
+    for (int x = 0; x < 512; x++)
+        seen_cls[x] = -1;
+    int32_t k = 0;
+    for (int x = 0; x < 256; x++) {
+        int key = own[x] ? 256 + x : F_cls[x];
+        if (seen_cls[key] < 0) {
+            seen_cls[key] = k;
+            rep[k++] = x;
+        }
+        class_of[x] = seen_cls[key];
+    }
+    /* the product's states: live trie nodes (not a complete prefix, the DFA alive on
+     * their path) first, in depth-first order, then the DFA's states */
+    int32_t m = 0, top = 0;
+    for (int32_t t = 0; t < n_nodes; t++)
+        id_of[t] = -1;
+    if (!terminal[0] && n > 0) {   /* (with n == 0 the DFA is empty: state 0 is its sink) */
+        node_f[0] = 0;
+        order[top++] = 0;
+    }
+    while (top) {
+        int32_t t = order[--top];
+        id_of[t] = m++;
+        for (int32_t c = first_child[t]; c >= 0; c = next_sib[c]) {
+            int32_t f2 = F[(size_t)node_f[t] * 256 + byte_of[c]];
+            if (f2 != (int32_t)n && !terminal[c]) {
+                node_f[c] = f2;
+                order[top++] = c;
+            }
+        }
+    }
+    if (m == 0) {   /* the empty prefix: nothing is left */
+        b.n_dfa = 0;
+        b.nfa.n_classes = k;
+        result = dfa_result(&b, class_of);
+        goto out;
+    }
+    const Py_ssize_t total = (Py_ssize_t)m + n;
+    if (total > max_states) {
+        result = Py_BuildValue("(iOOOiO)", TOO_MANY_STATES, Py_None, Py_None, Py_None, 0, Py_None);
+        goto out;
+    }
+    b.trans.v = malloc((size_t)total * k * sizeof(int32_t) + 4);
+    b.accepting.v = malloc((size_t)total * sizeof(int32_t) + 4);
+    if (!b.trans.v || !b.accepting.v) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    b.trans.n = b.trans.cap = (size_t)total * k;
+    b.accepting.n = b.accepting.cap = (size_t)total;
+    b.n_dfa = (int32_t)total;
+    b.nfa.n_classes = k;
+    for (int32_t t = 0; t < n_nodes; t++) {
+        if (id_of[t] < 0)
+            continue;
+        int32_t *row = b.trans.v + (size_t)id_of[t] * k;
+        const int32_t *frow = F + (size_t)node_f[t] * 256;
+        for (int32_t c = 0; c < k; c++) {
+            int32_t f2 = frow[rep[c]];
+            row[c] = f2 == (int32_t)n ? -1 : m + f2;
+        }
+        for (int32_t c = first_child[t]; c >= 0; c = next_sib[c])
+            row[class_of[byte_of[c]]] = id_of[c];   /* -1 where the child completes a prefix or dies */
+        b.accepting.v[id_of[t]] = F_acc[node_f[t]] != 0;
+    }
+    for (Py_ssize_t f = 0; f < n; f++) {
+        int32_t *row = b.trans.v + (size_t)(m + f) * k;
+        for (int32_t c = 0; c < k; c++) {
+            int32_t f2 = F[(size_t)f * 256 + rep[c]];
+            row[c] = f2 == (int32_t)n ? -1 : m + f2;
+        }
+        b.accepting.v[m + f] = F_acc[f] != 0;
+    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = trim_minimize(&b);
+    Py_END_ALLOW_THREADS
+    if (status != OK)
+        PyErr_NoMemory();
+    else
+        result = dfa_result(&b, class_of);
+out:
+    Py_XDECREF(prefixes);
+    free(first_child);
+    free(next_sib);
+    free(node_f);
+    free(id_of);
+    free(order);
+    free(byte_of);
+    free(terminal);
+    free(b.trans.v);
+    free(b.accepting.v);
     PyBuffer_Release(&sink_b);
     PyBuffer_Release(&acc_b);
     PyBuffer_Release(&cls_b);
@@ -2088,6 +2286,9 @@ static PyMethodDef methods[] = {
      "untrack(roots, types) -> n: every object reachable from the items of the list roots through"
      " exact tuples and instances of exactly one of the classes in types, taken out of the cyclic"
      " garbage collector's lists (for immutable trees, which cannot form cycles); n of them."},
+    {"without_prefixes", without_prefixes, METH_VARARGS,
+     "without_prefixes(sink, accepting, classes, prefixes, max_states) -> the words of a DFA that start "
+     "with none of the prefixes, as compile_program returns a DFA"},
     {"with_prefix", with_prefix, METH_VARARGS,
      "with_prefix(data, sink, accepting, classes, max_states) -> (table, sink table, accepting, n, classes):"
      " the minimal DFA of data followed by a minimal DFA's language (a chain of states before it); None"

@@ -25,8 +25,8 @@ import numpy as np
 
 from .._lru import SizedLRU, cleared_with_all
 from ..errors import CompileLimitError, GrammarError
-from ..grammar.ir import (EMPTY, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule, Seq,
-                          frozen_key, normalize_ranges)
+from ..grammar.ir import (EMPTY, WITHOUT_PREFIXES, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex,
+                          Repeat, Rule, Seq, frozen_key, normalize_ranges)
 from ..grammar.split import split_lexemes
 from .utf8 import EXIT, utf8_automaton
 
@@ -502,6 +502,9 @@ def compile_lexemes(ir: GrammarIR, *, max_states: int = 10_000) -> tuple[Grammar
     a single character class)."""
     dfas: dict[str, ByteDFA] = {}
     pending = list(ir.lexemes)
+    recipes = ir.meta.get(WITHOUT_PREFIXES)
+    if recipes:
+        pending = [name for name in pending if not _from_recipe(ir, name, recipes.get(name), max_states, dfas)]
     for _ in range(MAX_SPLIT_ROUNDS):
         too_big: dict[str, CompileLimitError] = {}
         built = compile_regexes([ir.lexemes[n] for n in pending], max_states=max_states)
@@ -524,6 +527,99 @@ def compile_lexemes(ir: GrammarIR, *, max_states: int = 10_000) -> tuple[Grammar
             raise CompileLimitError(f"lexeme {name!r}: {first}; {exc}") from None
     raise CompileLimitError(f"lexemes still too big after {MAX_SPLIT_ROUNDS} rounds of splitting: "
                             f"{', '.join(too_big)}")
+
+
+def _from_recipe(ir: GrammarIR, name: str, recipe: tuple | None, max_states: int, dfas: dict) -> bool:
+    """Build lexeme ``name`` as the words of another regex without some prefixes, as
+    ``recipe`` (``ir.meta[WITHOUT_PREFIXES][name]``) says, into ``dfas``; False where there
+    is no such recipe for the lexeme as it is, or the result would be too big (its regex
+    is then built, or split, as any other)."""
+    if recipe is None:
+        return False
+    rx, base, prefixes = recipe
+    if ir.lexemes[name] is not rx:
+        return False   # (rewritten since the hint was made)
+    try:
+        key = ("without", regex_key(base), prefixes, max_states)
+    except TypeError:
+        return False
+    found = _cache.get(key)
+    if found is None:
+        try:
+            found = without_prefixes(compile_regex(base, max_states=max_states), prefixes, max_states)
+        except (CompileLimitError, GrammarError):
+            return False
+        _cache.put(key, found)
+    dfas[name] = found
+    return True
+
+
+def without_prefixes(dfa: ByteDFA, prefixes, max_states: int = 10_000) -> ByteDFA:
+    """The minimal DFA of the words of ``dfa`` that start with none of ``prefixes`` (byte
+    strings): ``dfa`` with the paths of the prefixes' trie cut where one ends (a JSON key
+    other than some names: any key, but not a name's spelling and its closing quote), in
+    C where the native builder is there. :class:`CompileLimitError` past ``max_states``
+    states in the product."""
+    prefixes = [bytes(p) for p in prefixes]
+    if NATIVE:
+        sink, acc = dfa.sink_table()
+        status, trans, sink_t, accepting, n_states, classes = _dfabuild.without_prefixes(
+            sink, acc[:dfa.n_states], dfa.byte_classes(), prefixes, int(max_states))
+        if status == 1:
+            raise CompileLimitError(f"DFA exceeds max_states={max_states}")
+        if not n_states:
+            return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+        return _adopt_native(trans, sink_t, accepting, n_states, classes)
+    return _without_prefixes_py(dfa, prefixes, max_states)
+
+
+def _without_prefixes_py(dfa: ByteDFA, prefixes: list[bytes], max_states: int) -> ByteDFA:
+    """:func:`without_prefixes` in Python (the reference: the same tables)."""
+    n = dfa.n_states
+    children: list[dict[int, int]] = [{}]
+    ends = [False]
+    for p in prefixes:
+        t = 0
+        for b in p:
+            nxt = children[t].get(b)
+            if nxt is None:
+                nxt = children[t][b] = len(children)
+                children.append({})
+                ends.append(False)
+            t = nxt
+        ends[t] = True
+    if not n or ends[0]:
+        return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+    table = dfa.transitions.tolist()
+    # the trie nodes on live paths first (each with the one state its path reaches), then
+    # the DFA's states
+    node_state, ids, stack = {0: 0}, {}, [0]
+    while stack:
+        t = stack.pop()
+        ids[t] = len(ids)
+        for b, c in children[t].items():
+            q = table[node_state[t]][b]
+            if q >= 0 and not ends[c]:
+                node_state[c] = q
+                stack.append(c)
+    m = len(ids)
+    if m + n > max_states:
+        raise CompileLimitError(f"DFA exceeds max_states={max_states}")
+    trans = [[-1] * 256 for _ in range(m)] + [[q + m if q >= 0 else -1 for q in row] for row in table]
+    accepting = [False] * m + [bool(a) for a in dfa.accepting]
+    for t, i in ids.items():
+        q = node_state[t]
+        trans[i] = [r + m if r >= 0 else -1 for r in table[q]]
+        for b, c in children[t].items():
+            trans[i][b] = ids.get(c, -1)
+        accepting[i] = bool(dfa.accepting[q])
+    trans, accepting = _renumber(trans, accepting)   # (what the start reaches)
+    trans, accepting = _trim(trans, accepting)
+    if not accepting:
+        return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+    trans, accepting = _minimize(trans, accepting)
+    trans, accepting = _renumber(trans, accepting)
+    return ByteDFA(np.array(trans, dtype=np.int32).reshape(-1, 256), np.array(accepting, bool))
 
 
 def _compile_regex(rx: Regex, max_states: int, native: bool | None = None,

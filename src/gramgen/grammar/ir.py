@@ -262,6 +262,15 @@ def productive_rules(rules: list[Rule], terminals) -> tuple[set[str], list[bool]
 COUNTED_CHAINS = "counted_chains"
 
 
+#: ``GrammarIR.meta`` key: lexemes whose automaton is cheaper made from another regex's:
+#: ``{name: (regex, base, prefixes)}``, where the lexeme is still ``regex`` (which stays what
+#: it means) and ``regex`` has the words of ``base`` that start with none of ``prefixes``
+#: (byte strings). A JSON key other than the declared names is any key whose spelling does
+#: not start with a declared name's, closing quote included. A hint only: see
+#: ``automata.dfa.compile_lexemes``.
+WITHOUT_PREFIXES = "without_prefixes"
+
+
 @dataclass
 class GrammarIR:
     """A context-free grammar over lexemes.
