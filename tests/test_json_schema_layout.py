@@ -182,3 +182,44 @@ def test_merging_regular_rules_keeps_the_masks():
     for bad in (-1, True, 1.5, "10"):
         with pytest.raises(gramgen.errors.ConfigurationError):
             gramgen.Grammar.from_json_schema(schema, max_lexeme_nodes=bad)
+
+
+@pytest.mark.parametrize("layout", [{"whitespace": "flexible"}, {"whitespace": "compact"}, {"indent": 2},
+                                    {"separators": (" ,", " : ")}])
+def test_other_keys_automaton_is_any_key_without_the_names(layout):
+    """The automaton of "any key but the declared ones" is made from any key's, cut where a
+    declared name's spelling and its closing quote end (``ir.meta[WITHOUT_PREFIXES]``):
+    the same tables as its own regex gives, for names with escapes (quotes, backslashes,
+    controls with a short escape or a ``\\u00XX`` in either case), non-ASCII and astral
+    characters, the empty name, names that are prefixes of others, and a lone surrogate
+    (never a key). Names with too many spellings leave the lexeme to its regex."""
+    import random
+
+    from gramgen.automata.dfa import compile_regex, without_prefixes
+    from gramgen.grammar.ir import WITHOUT_PREFIXES
+    from gramgen.grammar.json_schema import strings
+
+    rng = random.Random(3)
+    alphabet = ["a", "b", "ab", "é", "中", "\U0001F600", '"', "\\", "/", "\n", "\x1f", "\x0b", "\ud800", " "]
+    made = 0
+    for _ in range(50):
+        names = {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 3))) for _ in range(rng.randint(1, 7))}
+        schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
+        g = gramgen.Grammar.from_json_schema(schema, **layout)
+        for name, (rx, base, prefixes) in g.ir.meta[WITHOUT_PREFIXES].items():
+            assert g.ir.lexemes[name] is rx
+            want = compile_regex(rx)
+            got = without_prefixes(compile_regex(base), prefixes)
+            assert (got.transitions == want.transitions).all() and (got.accepting == want.accepting).all()
+            made += 1
+        for n in names:
+            spelled = strings.spellings(n)
+            if spelled is None:
+                assert any(0xD800 <= ord(c) <= 0xDFFF for c in n)
+                continue
+            assert sorted(json.loads(b'"' + s + b'"') for s in spelled) == [n] * len(spelled)
+            assert len(set(spelled)) == 2 ** sum(c in "\x0b\x1f" for c in n)
+    assert made == 50
+    many = gramgen.Grammar.from_json_schema({"type": "object", "properties": {"\x0b" * 9: {"type": "integer"},
+                                                                           "a": {"type": "integer"}}}, **layout)
+    assert strings.spellings("\x0b" * 9) is None and not many.ir.meta[WITHOUT_PREFIXES]

@@ -28,14 +28,18 @@ class CodepointDFA:
     """A DFA over code points: ``edges[s]`` holds sorted disjoint ``(lo, hi, target)``;
     state 0 is the start; a missing range means rejection."""
 
-    __slots__ = ("edges", "accepting", "groups")
+    __slots__ = ("edges", "accepting", "groups", "excluded")
 
-    def __init__(self, edges: list[Edges], accepting: list[bool], groups: list | None = None):
+    def __init__(self, edges: list[Edges], accepting: list[bool], groups: list | None = None,
+                 excluded: tuple[str, ...] | None = None):
         self.edges = edges
         self.accepting = accepting
         #: the edges as :func:`to_automaton` groups them, where the maker knew them (see
         #: :func:`all_but`); None: found from the edges
         self.groups = groups
+        #: where this is every string (of :data:`ANY_CHAR`) but some words (:func:`all_but`),
+        #: those words; else None
+        self.excluded = excluded
 
     @property
     def n_states(self) -> int:
@@ -433,10 +437,12 @@ def all_but(words) -> CodepointDFA:
     """Every string of characters (:data:`ANY_CHAR`) except these: the trie of the words
     whose characters all are in ANY_CHAR, every node sending every other character to
     one accepting state that takes everything, every node accepting but the words' ends
-    (what ``difference(ANY_CHAR*, words_dfa(words))`` recognizes, built in one pass)."""
-    trie = words_dfa(w for w in words if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in w))
+    (what ``difference(ANY_CHAR*, words_dfa(words))`` recognizes, built in one pass).
+    Its ``excluded`` holds the words of the trie."""
+    kept = tuple(w for w in words if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in w))
+    trie = words_dfa(kept)
     if not trie.n_states:
-        return CodepointDFA([[(lo, hi, 0) for lo, hi in ANY_CHAR]], [True])
+        return CodepointDFA([[(lo, hi, 0) for lo, hi in ANY_CHAR]], [True], excluded=())
     free = trie.n_states
     edges: list[Edges] = []
     groups: list = []   # (see to_automaton)
@@ -490,7 +496,7 @@ def all_but(words) -> CodepointDFA:
         _state_groups(s, mine, parts, groups)
     edges.append([(lo, hi, free) for lo, hi in ANY_CHAR])
     _state_groups(free, edges[-1], parts, groups)
-    return CodepointDFA(edges, [not t for t in trie.accepting] + [True], groups)
+    return CodepointDFA(edges, [not t for t in trie.accepting] + [True], groups, kept)
 
 
 def _one_byte_without(children: Edges) -> Ranges:

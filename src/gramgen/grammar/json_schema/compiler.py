@@ -29,7 +29,8 @@ import gramgen.grammar.json_schema.keywords as keywords
 import gramgen.grammar.json_schema.strings as strings
 
 from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
-from ..ir import COUNTED_CHAINS, EMPTY, NOTHING, CharRanges, GrammarIR, Regex, Repeat, Rule, literal, productive_rules
+from ..ir import (COUNTED_CHAINS, EMPTY, NOTHING, WITHOUT_PREFIXES, CharRanges, GrammarIR, Regex, Repeat, Rule,
+                  literal, productive_rules)
 from ..simplify import alt, collapse_regular, seq
 from ..split import CountedRules
 from ..sources import read_schema
@@ -178,6 +179,8 @@ class SchemaCompiler:
         self._keep: list[Any] = []  # merged schemas stay alive so their ids stay unique
         self._n = 0
         self._validator_cls = None
+        #: key lexemes made more cheaply from any key's automaton (``ir.meta[WITHOUT_PREFIXES]``)
+        self._without_prefixes: dict[str, tuple] = {}
 
     def _check_remote(self, uri: str, doc: Any) -> None:
         """A document of ``refs``, checked as the root was, once a reference reaches it."""
@@ -312,7 +315,8 @@ class SchemaCompiler:
                              "unknown_keywords": list(self.unknown_keywords),
                              "unknown_formats": [f"{p}: {f}" for p, f in self.unknown_formats.items()],
                              "json_layout": self.layout_options,
-                             COUNTED_CHAINS: tuple(self.chains)})
+                             COUNTED_CHAINS: tuple(self.chains),
+                             WITHOUT_PREFIXES: dict(self._without_prefixes)})
         try:
             ir = _prune_unproductive(ir)
         except SchemaError as exc:
@@ -1479,8 +1483,26 @@ class SchemaCompiler:
                 continue
             if extra is None:
                 extra = self.fresh("extra")
-            self.rule(extra, self.key(strings.spelled(key)), sym)
+            lexeme = self.key(strings.spelled(key))
+            if key.excluded is not None and lexeme not in self._without_prefixes:
+                self._note_without_prefixes(lexeme, key.excluded)
+            self.rule(extra, lexeme, sym)
         return extra
+
+    def _note_without_prefixes(self, lexeme: str, names: tuple[str, ...]) -> None:
+        """Note that the key lexeme ``lexeme`` (any name but ``names``) is any key whose
+        spelling does not start with one of theirs and the closing quote (see
+        :data:`~gramgen.grammar.ir.WITHOUT_PREFIXES`): its automaton is then any key's with
+        a few paths cut, where building it from its regex determinizes the trie of the
+        names spelled."""
+        prefixes = []
+        for name in names:
+            spelled = strings.spellings(name)
+            if spelled is None:
+                return   # (the regex then: too many spellings to list)
+            prefixes += [b'"' + s + b'"' for s in spelled]
+        any_key = seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)), self.layout.colon()])
+        self._without_prefixes[lexeme] = (self.lexemes[lexeme], any_key, tuple(prefixes))
 
     def _object_some_key(self, node: dict) -> list[str]:
         """``__some_key__`` (from negating propertyNames / additionalProperties /

@@ -11,13 +11,14 @@ limitation: characters that may stand raw are spelled raw).
 from __future__ import annotations
 
 import functools
+import re
 
 # cpdfa by its own name: ``from .. import cpdfa`` would import the package gramgen.grammar
 import gramgen.grammar.cpdfa as cpdfa
 
 from ..._lru import cleared_with_all
 from ...errors import GrammarError
-from ..ir import EMPTY, NOTHING, CharRanges, Regex, Repeat, char, literal, normalize_ranges
+from ..ir import EMPTY, NOTHING, Alt, CharRanges, Regex, Repeat, Seq, char, literal, normalize_ranges
 from ..regex import ANCHOR_MARKERS, PatternError, parse_regex, translate_ecma
 from ..regex import intersect_ranges as _intersect
 from ..simplify import alt, seq
@@ -126,6 +127,57 @@ ANY_JSON_CHAR = _json_char(cpdfa.ANY_CHAR)
 #: and all but the printable ASCII ones): constants of JSON, read before the cache of
 #: :func:`json_char`, which every cold compile empties
 _CONSTANT_SPELLINGS = {cpdfa.ANY_CHAR: ANY_JSON_CHAR, cpdfa.SEVERAL_OF_ANY: _json_char(cpdfa.SEVERAL_OF_ANY)}
+
+
+#: characters that some name may hold but that :func:`json_char` does not spell as their
+#: own UTF-8 bytes (controls, ``"``, ``\\``), or cannot spell (lone surrogates)
+_NOT_RAW = re.compile('[\x00-\x1f"\\\\\ud800-\udfff]')
+#: the most spellings :func:`spellings` lists for one text
+MAX_SPELLINGS = 256
+
+
+def spellings(text: str) -> list[bytes] | None:
+    """Every byte string that spells ``text`` the way :func:`json_char` spells characters
+    (one spelling per character but the ``\\u00XX`` escapes, in either hex case); None
+    where a character has no spelling (a lone surrogate) or there are more than
+    :data:`MAX_SPELLINGS`."""
+    if _NOT_RAW.search(text) is None:
+        return [text.encode()]
+    out = [b""]
+    for ch in text:
+        options = _char_spellings(ord(ch))
+        if not options or len(out) * len(options) > MAX_SPELLINGS:
+            return None
+        out = [a + o for a in out for o in options]
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _char_spellings(cp: int) -> tuple[bytes, ...]:
+    """The spellings of one character, read from :func:`json_char`'s regex (a constant of
+    JSON per character, not a compile product)."""
+    return tuple(sorted(_words_of(json_char(((cp, cp),)))))
+
+
+def _words_of(rx: Regex) -> set[bytes]:
+    """The words of a regex without repetition (a character's spellings), as UTF-8."""
+    if isinstance(rx, CharRanges):
+        return {chr(c).encode("utf-8", "surrogatepass") for lo, hi in rx.ranges for c in range(lo, hi + 1)}
+    if isinstance(rx, Seq):
+        out = {b""}
+        for item in rx.items:
+            out = {a + b for a in out for b in _words_of(item)}
+        return out
+    if isinstance(rx, Alt):
+        return set().union(*(_words_of(item) for item in rx.items))
+    if isinstance(rx, Repeat) and rx.max is not None:
+        one, out, words = _words_of(rx.item), set(), {b""}
+        for n in range(rx.max + 1):
+            if n >= rx.min:
+                out |= words
+            words = {a + b for a in words for b in one}
+        return out
+    raise TypeError(f"not a finite spelling: {type(rx).__name__}")
 
 
 def quoted(content: Regex) -> Regex:
