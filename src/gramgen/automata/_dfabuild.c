@@ -1082,14 +1082,19 @@ out:
 /* ------------------------------------------------------------ words without prefixes */
 
 /* without_prefixes(sink, accepting, classes, prefixes, max_states): the minimal DFA of the
- * words of a DFA (given in sink form: n + 1 rows of 256 int32, the sink n last; its
- * accepting flags, n bytes; its byte classes, 256 bytes) that start with none of
+ * words of a minimal trimmed DFA (given in sink form: n + 1 rows of 256 int32, the sink n
+ * last; its accepting flags, n bytes; its byte classes, 256 bytes) that start with none of
  * `prefixes` (a sequence of bytes), in the form of compile_program (status TOO_MANY_STATES
  * when the product has more than max_states states). The product of the DFA with the
  * prefixes' trie: a trie node pairs with the one state its path reaches, a word that
- * leaves the trie goes on in the DFA's own states, a word that completes a prefix dies;
- * then trimmed, minimized and numbered as compile_program numbers (the same tables as
- * building the difference from a regex; gramgen.automata.dfa.without_prefixes). */
+ * leaves the trie goes on in the DFA's own states, a word that completes a prefix dies.
+ * The DFA's states are minimal already and the trie's are a tree above them, so the
+ * product is minimized bottom-up: a node, once its children are, is the state with the
+ * same row and acceptance if there is one (a DFA state, or a node met before), dead if
+ * its row is (Myhill-Nerode, over successors that are all distinct classes). Numbered as
+ * compile_program numbers (the same tables as building the difference from a regex;
+ * gramgen.automata.dfa.without_prefixes, whose Python version minimizes as the builder
+ * does). */
 static PyObject *
 without_prefixes(PyObject *self, PyObject *args)
 {
@@ -1100,12 +1105,15 @@ without_prefixes(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*y*y*Oi", &sink_b, &acc_b, &cls_b, &o_prefixes, &max_states))
         return NULL;
     PyObject *result = NULL, *prefixes = NULL;
-    int32_t *first_child = NULL, *next_sib = NULL, *node_f = NULL, *id_of = NULL, *order = NULL;
+    int32_t *first_child = NULL, *next_sib = NULL, *node_f = NULL, *canon = NULL, *order = NULL;
+    int32_t *rows = NULL, *accs = NULL, *key = NULL, *bid = NULL, *queue = NULL;
     uint8_t *byte_of = NULL, *terminal = NULL;
+    SetTable seen;
+    int seen_made = 0;
     Build b;
     memset(&b, 0, sizeof(b));
     const Py_ssize_t n = acc_b.len;
-    if (sink_b.len != (n + 1) * 256 * 4 || cls_b.len != 256 || n > INT32_MAX / 2) {
+    if (sink_b.len != (n + 1) * 256 * 4 || cls_b.len != 256 || n > INT32_MAX / 4) {
         PyErr_SetString(PyExc_ValueError, "without_prefixes: expected a sink table of n + 1 rows and 256 classes");
         goto out;
     }
@@ -1114,11 +1122,6 @@ without_prefixes(PyObject *self, PyObject *args)
     const int32_t *F = sink_b.buf;
     const char *F_acc = acc_b.buf;
     const uint8_t *F_cls = cls_b.buf;
-    for (Py_ssize_t i = 0; i < (n + 1) * 256; i++)
-        if (F[i] < 0 || F[i] > n) {
-            PyErr_SetString(PyExc_ValueError, "without_prefixes: a state out of range");
-            goto out;
-        }
     /* the trie: node 0 the root; children as linked lists */
     Py_ssize_t cap = 1;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(prefixes); i++) {
@@ -1129,18 +1132,18 @@ without_prefixes(PyObject *self, PyObject *args)
         }
         cap += PyBytes_GET_SIZE(p);
     }
-    if (cap > INT32_MAX / 2) {
+    if (cap > INT32_MAX / 4) {
         PyErr_SetString(PyExc_OverflowError, "without_prefixes: too many prefix bytes");
         goto out;
     }
     first_child = malloc((size_t)cap * sizeof(int32_t));
     next_sib = malloc((size_t)cap * sizeof(int32_t));
     node_f = malloc((size_t)cap * sizeof(int32_t));
-    id_of = malloc((size_t)cap * sizeof(int32_t));
+    canon = malloc((size_t)cap * sizeof(int32_t));
     order = malloc((size_t)cap * sizeof(int32_t));
     byte_of = malloc((size_t)cap);
     terminal = calloc((size_t)cap, 1);
-    if (!first_child || !next_sib || !node_f || !id_of || !order || !byte_of || !terminal) {
+    if (!first_child || !next_sib || !node_f || !canon || !order || !byte_of || !terminal) {
         PyErr_NoMemory();
         goto out;
     }
@@ -1174,92 +1177,161 @@ without_prefixes(PyObject *self, PyObject *args)
         seen_cls[x] = -1;
     int32_t k = 0;
     for (int x = 0; x < 256; x++) {
-        int key = own[x] ? 256 + x : F_cls[x];
-        if (seen_cls[key] < 0) {
-            seen_cls[key] = k;
+        int kk = own[x] ? 256 + x : F_cls[x];
+        if (seen_cls[kk] < 0) {
+            seen_cls[kk] = k;
             rep[k++] = x;
         }
-        class_of[x] = seen_cls[key];
+        class_of[x] = seen_cls[kk];
     }
-    /* the product's states: live trie nodes (not a complete prefix, the DFA alive on
-     * their path) first, in depth-first order, then the DFA's states */
+    b.nfa.n_classes = k;
+    /* the live trie nodes (not a complete prefix, the DFA alive on their path) in
+     * depth-first order, each with its DFA state */
     int32_t m = 0, top = 0;
-    for (int32_t t = 0; t < n_nodes; t++)
-        id_of[t] = -1;
     if (!terminal[0] && n > 0) {   /* (with n == 0 the DFA is empty: state 0 is its sink) */
         node_f[0] = 0;
         order[top++] = 0;
     }
-    while (top) {
-        int32_t t = order[--top];
-        id_of[t] = m++;
-        for (int32_t c = first_child[t]; c >= 0; c = next_sib[c]) {
-            int32_t f2 = F[(size_t)node_f[t] * 256 + byte_of[c]];
-            if (f2 != (int32_t)n && !terminal[c]) {
-                node_f[c] = f2;
-                order[top++] = c;
+    {
+        int32_t *stack = canon;   /* (free until the bottom-up pass) */
+        int32_t sp = 0;
+        if (top)
+            stack[sp++] = order[--top];
+        while (sp) {
+            int32_t t = stack[--sp];
+            order[m++] = t;
+            for (int32_t c = first_child[t]; c >= 0; c = next_sib[c]) {
+                int32_t f2 = F[(size_t)node_f[t] * 256 + byte_of[c]];
+                if (f2 < 0 || f2 > n) {
+                    PyErr_SetString(PyExc_ValueError, "without_prefixes: a state out of range");
+                    goto out;
+                }
+                if (f2 != (int32_t)n && !terminal[c]) {
+                    node_f[c] = f2;
+                    stack[sp++] = c;
+                }
             }
         }
     }
-    if (m == 0) {   /* the empty prefix: nothing is left */
-        b.n_dfa = 0;
-        b.nfa.n_classes = k;
+    if (m == 0) {   /* the empty prefix, or an empty DFA: nothing is left */
         result = dfa_result(&b, class_of);
         goto out;
     }
-    const Py_ssize_t total = (Py_ssize_t)m + n;
-    if (total > max_states) {
+    if ((Py_ssize_t)m + n > max_states) {
         result = Py_BuildValue("(iOOOiO)", TOO_MANY_STATES, Py_None, Py_None, Py_None, 0, Py_None);
         goto out;
     }
-    b.trans.v = malloc((size_t)total * k * sizeof(int32_t) + 4);
-    b.accepting.v = malloc((size_t)total * sizeof(int32_t) + 4);
+    /* the classes of states: the DFA's first (rows over classes, -1 for the sink), then a
+     * new one for each trie node not equal to one of them */
+    const size_t W = (size_t)k + 1;
+    rows = malloc(((size_t)n + m) * k * sizeof(int32_t));
+    accs = malloc(((size_t)n + m) * sizeof(int32_t));
+    key = malloc(W * sizeof(int32_t));
+    if (!rows || !accs || !key || set_table_init(&seen)) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    seen_made = 1;
+    for (Py_ssize_t f = 0; f < n; f++) {
+        int32_t *row = rows + (size_t)f * k;
+        for (int32_t c = 0; c < k; c++) {
+            int32_t f2 = F[(size_t)f * 256 + rep[c]];
+            if (f2 < 0 || f2 > n) {
+                PyErr_SetString(PyExc_ValueError, "without_prefixes: a state out of range");
+                goto out;
+            }
+            row[c] = f2 == (int32_t)n ? -1 : f2;
+        }
+        accs[f] = F_acc[f] != 0;
+        memcpy(key, row, (size_t)k * sizeof(int32_t));
+        key[k] = accs[f];
+        if (set_table_get(&seen, key, W) == -2 && set_table_put(&seen, key, W, (int32_t)f)) {
+            PyErr_NoMemory();
+            goto out;
+        }
+    }
+    int32_t n_cls = (int32_t)n;
+    for (int32_t i = m - 1; i >= 0; i--) {   /* children before their parent */
+        int32_t t = order[i];
+        memcpy(key, rows + (size_t)node_f[t] * k, (size_t)k * sizeof(int32_t));
+        for (int32_t c = first_child[t]; c >= 0; c = next_sib[c]) {
+            int32_t f2 = F[(size_t)node_f[t] * 256 + byte_of[c]];
+            key[class_of[byte_of[c]]] = f2 == (int32_t)n || terminal[c] ? -1 : canon[c];
+        }
+        key[k] = accs[node_f[t]];
+        int dead = !key[k];
+        for (int32_t c = 0; c < k && dead; c++)
+            dead = key[c] < 0;
+        if (dead) {
+            canon[t] = -1;
+            continue;
+        }
+        int32_t found = set_table_get(&seen, key, W);
+        if (found == -2) {
+            found = n_cls++;
+            memcpy(rows + (size_t)found * k, key, (size_t)k * sizeof(int32_t));
+            accs[found] = key[k];
+            if (set_table_put(&seen, key, W, found)) {
+                PyErr_NoMemory();
+                goto out;
+            }
+        }
+        canon[t] = found;
+    }
+    if (canon[0] < 0) {   /* every word starts with a prefix */
+        result = dfa_result(&b, class_of);
+        goto out;
+    }
+    /* numbered breadth-first from the start in class order */
+    bid = malloc((size_t)n_cls * sizeof(int32_t));
+    queue = malloc((size_t)n_cls * sizeof(int32_t));
+    if (!bid || !queue) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (int32_t x = 0; x < n_cls; x++)
+        bid[x] = -1;
+    int32_t n_out = 0;
+    bid[canon[0]] = n_out;
+    queue[n_out++] = canon[0];
+    for (int32_t i = 0; i < n_out; i++) {
+        const int32_t *row = rows + (size_t)queue[i] * k;
+        for (int32_t c = 0; c < k; c++)
+            if (row[c] >= 0 && bid[row[c]] < 0) {
+                bid[row[c]] = n_out;
+                queue[n_out++] = row[c];
+            }
+    }
+    b.trans.v = malloc((size_t)n_out * k * sizeof(int32_t) + 4);
+    b.accepting.v = malloc((size_t)n_out * sizeof(int32_t) + 4);
     if (!b.trans.v || !b.accepting.v) {
         PyErr_NoMemory();
         goto out;
     }
-    b.trans.n = b.trans.cap = (size_t)total * k;
-    b.accepting.n = b.accepting.cap = (size_t)total;
-    b.n_dfa = (int32_t)total;
-    b.nfa.n_classes = k;
-    for (int32_t t = 0; t < n_nodes; t++) {
-        if (id_of[t] < 0)
-            continue;
-        int32_t *row = b.trans.v + (size_t)id_of[t] * k;
-        const int32_t *frow = F + (size_t)node_f[t] * 256;
-        for (int32_t c = 0; c < k; c++) {
-            int32_t f2 = frow[rep[c]];
-            row[c] = f2 == (int32_t)n ? -1 : m + f2;
-        }
-        for (int32_t c = first_child[t]; c >= 0; c = next_sib[c])
-            row[class_of[byte_of[c]]] = id_of[c];   /* -1 where the child completes a prefix or dies */
-        b.accepting.v[id_of[t]] = F_acc[node_f[t]] != 0;
+    for (int32_t i = 0; i < n_out; i++) {
+        const int32_t *row = rows + (size_t)queue[i] * k;
+        for (int32_t c = 0; c < k; c++)
+            b.trans.v[(size_t)i * k + c] = row[c] >= 0 ? bid[row[c]] : -1;
+        b.accepting.v[i] = accs[queue[i]];
     }
-    for (Py_ssize_t f = 0; f < n; f++) {
-        int32_t *row = b.trans.v + (size_t)(m + f) * k;
-        for (int32_t c = 0; c < k; c++) {
-            int32_t f2 = F[(size_t)f * 256 + rep[c]];
-            row[c] = f2 == (int32_t)n ? -1 : m + f2;
-        }
-        b.accepting.v[m + f] = F_acc[f] != 0;
-    }
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = trim_minimize(&b);
-    Py_END_ALLOW_THREADS
-    if (status != OK)
-        PyErr_NoMemory();
-    else
-        result = dfa_result(&b, class_of);
+    b.n_dfa = n_out;
+    result = dfa_result(&b, class_of);
 out:
     Py_XDECREF(prefixes);
+    if (seen_made)
+        set_table_free(&seen);
     free(first_child);
     free(next_sib);
     free(node_f);
-    free(id_of);
+    free(canon);
     free(order);
     free(byte_of);
     free(terminal);
+    free(rows);
+    free(accs);
+    free(key);
+    free(bid);
+    free(queue);
     free(b.trans.v);
     free(b.accepting.v);
     PyBuffer_Release(&sink_b);

@@ -540,13 +540,18 @@ def _from_recipe(ir: GrammarIR, name: str, recipe: tuple | None, max_states: int
     if ir.lexemes[name] is not rx:
         return False   # (rewritten since the hint was made)
     try:
-        key = ("without", regex_key(base), prefixes, max_states)
+        base_key = (regex_key(base), max_states)
     except TypeError:
         return False
+    key = ("without", base_key, prefixes)
     found = _cache.get(key)
     if found is None:
         try:
-            found = without_prefixes(compile_regex(base, max_states=max_states), prefixes, max_states)
+            base_dfa = _kept(base_key)
+            if base_dfa is None:
+                base_dfa = _compile_regex(base, max_states)
+                _cache.put(base_key, base_dfa)
+            found = without_prefixes(base_dfa, prefixes, max_states)
         except (CompileLimitError, GrammarError):
             return False
         _cache.put(key, found)
