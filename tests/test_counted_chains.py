@@ -121,11 +121,30 @@ def test_masks_exact_along_a_long_string_with_tokens_longer_than_a_block(lo, hi)
     assert m.is_accepting()
 
 
-@pytest.mark.parametrize("pattern,n", [("abc", 3), ("é{2}", 4), ("a*b", 1), ("(?:ab|c)d", 2),
-                                       ("[a-z]{64}", 64), ("x(?:yz)*", 1), ("\\u4e2d|ab", 2)])
-def test_shortest_word_in_bytes(pattern, n):
-    from gramgen.automata.dfa import compile_regex
-    from gramgen.automata.earley import _shortest_word
-    from gramgen.grammar.regex import parse_regex
+def _shortest_word(dfa) -> int:
+    """Bytes of the shortest word a DFA accepts (1 << 30 for none): breadth-first."""
+    if not dfa.n_states:
+        return 1 << 30
+    frontier, seen = {0}, {0}
+    for length in range(dfa.n_states + 1):
+        if any(dfa.accepting[q] for q in frontier):
+            return length
+        frontier = {int(t) for q in frontier for t in dfa.transitions[q] if t >= 0} - seen
+        seen |= frontier
+        if not frontier:
+            break
+    return 1 << 30
 
-    assert _shortest_word(compile_regex(parse_regex(pattern))) == n
+
+@pytest.mark.parametrize("pattern,n", [("abc", 3), ("é{2}", 4), ("a*b", 1), ("(?:ab|c)d", 2),
+                                       ("[a-z]{64}", 64), ("x(?:yz)*", 1), ("\\u4e2d|ab", 2), ("[^a]", 1),
+                                       ("\\U0001F600|\\u4e2d\\u4e2d", 4), ("(?:a|\\u4e2d)\\u00e9", 3)])
+def test_fewest_bytes_is_the_shortest_word(pattern, n):
+    """``simplify.fewest_bytes`` (what counted chains step by) is the length in bytes of
+    the shortest word of the regex's DFA."""
+    from gramgen.automata.dfa import compile_regex
+    from gramgen.grammar.regex import parse_regex
+    from gramgen.grammar.simplify import fewest_bytes
+
+    rx = parse_regex(pattern)
+    assert fewest_bytes(rx) == _shortest_word(compile_regex(rx)) == n

@@ -830,3 +830,35 @@ def test_without_prefixes_edges():
     bad[0, 0] = F.n_states + 5
     with pytest.raises(ValueError):
         dfa_module._dfabuild.without_prefixes(bad, acc[:F.n_states], F.byte_classes(), [], 100)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(_leaf, _extend, max_leaves=12))
+def test_fewest_bytes_random(rx):
+    """On random regex trees (classes across every UTF-8 length, bytes, automata, empty
+    languages): ``fewest_bytes`` is the DFA's shortest word, or below it where a class
+    has a range of surrogates only (no word spells them)."""
+    from gramgen.grammar.simplify import fewest_bytes
+    from test_counted_chains import _shortest_word
+
+    try:
+        want = _shortest_word(compile_regex(rx))
+    except CompileLimitError:
+        return
+    got = fewest_bytes(rx)
+    assert got <= want
+    if not _surrogates_only(rx):
+        assert got == want, rx
+
+
+def _surrogates_only(rx) -> bool:
+    """Whether some character class in the tree has a range of surrogates only."""
+    if isinstance(rx, CharRanges):
+        return any(0xD800 <= lo <= hi <= 0xDFFF for lo, hi in rx.ranges)
+    if isinstance(rx, (Seq, Alt)):
+        return any(_surrogates_only(i) for i in rx.items)
+    if isinstance(rx, Repeat):
+        return _surrogates_only(rx.item)
+    if isinstance(rx, Automaton):
+        return any(_surrogates_only(label) for _, label, _ in rx.edges)
+    return False

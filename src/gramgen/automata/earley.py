@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import GrammarError
 from ..grammar.ir import COUNTED_CHAINS, GrammarIR, productive_rules
+from ..grammar.simplify import fewest_bytes
 from ..grammar.split import glued_items
 from .dfa import untrack
 
@@ -649,10 +650,13 @@ def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: di
     for lhs, rhs in rules:
         bodies.setdefault(lhs, []).append(rhs)
     fewest: dict[str, int] = {}
+    memo: dict = {}
 
     def min_bytes(lexeme: str) -> int:
         if lexeme not in fewest:
-            fewest[lexeme] = _shortest_word(dfas[lexeme])
+            # (a lower bound read from the regex, exact but for classes of surrogates
+            # only: a smaller step only compares more links ahead)
+            fewest[lexeme] = fewest_bytes(ir.lexemes[lexeme], memo)
         return fewest[lexeme]
 
     shape_id: dict[frozenset, int] = {}   # a link's rules, each next link written 1 -> a number
@@ -697,32 +701,6 @@ def chain_aliases(ir: GrammarIR, rules: list, nt_index: dict[str, int], dfas: di
                 continue
             alias[nt_index[name]] = first_of.setdefault(key, nt_index[name])
     return alias if any(a != n for n, a in enumerate(alias)) else None
-
-
-def _shortest_word(dfa) -> int:
-    """Bytes of the shortest word a lexeme's DFA accepts (a large number for none):
-    breadth-first, one byte of each class of bytes the DFA treats alike."""
-    n = dfa.n_states
-    if not n:
-        return 1 << 30
-    accepting = dfa.accepting
-    _, reps = np.unique(dfa.byte_classes(), return_index=True)
-    table = dfa.transitions[:, reps]
-    frontier = np.zeros(n, dtype=bool)
-    frontier[0] = True
-    seen = frontier.copy()
-    for length in range(n):
-        if accepting[frontier].any():
-            return length
-        targets = table[frontier].ravel()
-        nxt = np.zeros(n, dtype=bool)
-        nxt[targets[targets >= 0]] = True
-        nxt &= ~seen
-        if not nxt.any():
-            break
-        seen |= nxt
-        frontier = nxt
-    return 1 << 30
 
 
 def _rule_items_py(ir: GrammarIR, lexeme_names: list[str], live: list[bool], augmented: str):

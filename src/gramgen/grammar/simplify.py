@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from .ir import (EMPTY, NOTHING, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule,
                  Seq, normalize_ranges)
 
-__all__ = ["collapse_regular", "split_nullable_lexemes", "nullable", "without_empty", "regex_size",
-           "seq", "alt", "is_nothing"]
+__all__ = ["collapse_regular", "split_nullable_lexemes", "nullable", "fewest_bytes", "without_empty",
+           "regex_size", "seq", "alt", "is_nothing"]
 
 
 # --------------------------------------------------------------------------------------
@@ -160,6 +160,52 @@ def nullable(rx: Regex) -> bool:
     if isinstance(rx, Automaton):
         return _automaton_nullable(rx)
     return False
+
+
+#: :func:`fewest_bytes` of a regex that matches nothing
+NEVER = 1 << 30
+
+
+def fewest_bytes(rx: Regex, memo: dict | None = None) -> int:
+    """A lower bound on the bytes of ``rx``'s shortest word (:data:`NEVER` where it has
+    none): exact but where a class holds only code points with no UTF-8 form (surrogates,
+    which no word spells), read as if it did not. Read from the tree, not an automaton."""
+    if memo is None:
+        memo = {}
+    found = memo.get(id(rx))
+    if found is not None:
+        return found
+    cls = rx.__class__
+    if cls is CharRanges or isinstance(rx, CharRanges):
+        lo = min((a for a, b in rx.ranges if a <= b), default=None)
+        out = NEVER if lo is None else 1 if lo < 0x80 else 2 if lo < 0x800 else 3 if lo < 0x10000 else 4
+    elif isinstance(rx, ByteRanges):
+        out = 1 if any(a <= b for a, b in rx.ranges) else NEVER
+    elif isinstance(rx, Seq):
+        out = min(NEVER, sum(fewest_bytes(i, memo) for i in rx.items))
+    elif isinstance(rx, Alt):
+        out = min((fewest_bytes(i, memo) for i in rx.items), default=NEVER)
+    elif isinstance(rx, Repeat):
+        out = (NEVER if rx.max is not None and rx.max < rx.min else 0 if rx.min == 0
+               else min(NEVER, rx.min * fewest_bytes(rx.item, memo)))
+    elif isinstance(rx, Automaton):
+        # shortest paths from the start (Bellman-Ford rounds: the automata are small)
+        dist = {rx.start: 0}
+        for _ in range(rx.n_states):
+            changed = False
+            for a, label, b in rx.edges:
+                if a in dist:
+                    d = min(NEVER, dist[a] + fewest_bytes(label, memo))
+                    if d < dist.get(b, NEVER):
+                        dist[b] = d
+                        changed = True
+            if not changed:
+                break
+        out = min((dist.get(q, NEVER) for q in rx.accepting), default=NEVER)
+    else:
+        raise TypeError(f"not a regex node: {type(rx).__name__}")
+    memo[id(rx)] = out
+    return out
 
 
 def _automaton_nullable(rx: Automaton) -> bool:
