@@ -3988,8 +3988,9 @@ follow_sets(PyObject *self, PyObject *args)
 {
     (void)self;
     int n_nt;
-    PyObject *o_next, *o_lhs, *o_first, *o_nullable, *o_live, *o_ignore;
-    if (!PyArg_ParseTuple(args, "iOOOOOO", &n_nt, &o_next, &o_lhs, &o_first, &o_nullable, &o_live, &o_ignore))
+    PyObject *o_next, *o_lhs, *o_first, *o_nullable, *o_live, *o_ignore, *o_starts = NULL;
+    if (!PyArg_ParseTuple(args, "iOOOOOO|O", &n_nt, &o_next, &o_lhs, &o_first, &o_nullable, &o_live, &o_ignore,
+                          &o_starts))
         return NULL;
     Py_ssize_t n_items = 0, n_lhs = 0, n_rules = 0, n_sym = 0, n_lex = 0;
     int32_t *next = NULL, *lhs_of = NULL, *firsts = NULL, *live = NULL;
@@ -3997,7 +3998,7 @@ follow_sets(PyObject *self, PyObject *args)
     int32_t *e_from = NULL, *e_to = NULL, *off = NULL, *tgt = NULL, *work = NULL;
     uint64_t *first = NULL, *follow = NULL, *rest = NULL;
     char *queued = NULL;
-    PyObject *result = NULL, *lex_out = NULL, *nt_out = NULL;
+    PyObject *result = NULL, *lex_out = NULL, *nt_out = NULL, *bytes_out = NULL;
     if (!(next = int_array(o_next, &n_items, "item_next")) || !(lhs_of = int_array(o_lhs, &n_lhs, "item_lhs"))
         || !(firsts = int_array(o_first, &n_rules, "rule_first")) || !(live = int_array(o_live, &n_lex, "lexeme_live")))
         goto done;
@@ -4118,10 +4119,37 @@ follow_sets(PyObject *self, PyObject *args)
             goto done;
         PyList_SET_ITEM(nt_out, a, v);
     }
-    result = PyTuple_Pack(2, lex_out, nt_out);
+    if (o_starts && o_starts != Py_None) {
+        /* per lexeme, the bytes that may follow it: the union of its followers' first
+         * bytes (32 bytes per lexeme, bit b of byte b / 8) */
+        if (!PyBytes_Check(o_starts) || PyBytes_GET_SIZE(o_starts) != 32 * n_lex) {
+            PyErr_SetString(PyExc_ValueError, "follow_sets: expected 32 bytes of first bytes per lexeme");
+            goto done;
+        }
+        const uint8_t *starts = (const uint8_t *)PyBytes_AS_STRING(o_starts);
+        if (!(bytes_out = PyBytes_FromStringAndSize(NULL, 32 * n_lex)))
+            goto done;
+        uint8_t *out = (uint8_t *)PyBytes_AS_STRING(bytes_out);
+        memset(out, 0, (size_t)(32 * n_lex));
+        for (Py_ssize_t k = 0; k < n_lex; k++) {
+            const uint64_t *fk = follow + (size_t)(n_nt + k) * w;
+            for (int32_t j = 0; j < w; j++)
+                for (uint64_t bits = fk[j]; bits; bits &= bits - 1) {
+                    Py_ssize_t f = (Py_ssize_t)j * 64 + __builtin_ctzll(bits);
+                    if (f >= n_lex)
+                        break;
+                    for (int x = 0; x < 32; x++)
+                        out[32 * k + x] |= starts[32 * f + x];
+                }
+        }
+        result = PyTuple_Pack(3, lex_out, nt_out, bytes_out);
+    } else {
+        result = PyTuple_Pack(2, lex_out, nt_out);
+    }
 done:
     Py_XDECREF(lex_out);
     Py_XDECREF(nt_out);
+    Py_XDECREF(bytes_out);
     PyMem_Free(next);
     PyMem_Free(lhs_of);
     PyMem_Free(firsts);
@@ -4640,7 +4668,8 @@ static PyMethodDef module_methods[] = {
     {"item_classes", item_classes, METH_VARARGS,
      "item_classes(named_lhs, named_next, glued, rule_first, accept_item)"},
     {"follow_sets", follow_sets, METH_VARARGS,
-     "follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live, is_ignore)"},
+     "follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live, is_ignore[, "
+     "first_bytes])"},
     {"rule_items", rule_items, METH_VARARGS, "rule_items(rules, lexeme_names, live, start, augmented)"},
     {NULL, NULL, 0, NULL}
 };

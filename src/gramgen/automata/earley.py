@@ -203,8 +203,15 @@ class ParserTables:
         # bit b of lex_first_bytes[k][q] is set iff byte b keeps lexeme k alive from q
         self.lex_first_bytes = [d.first_bytes for d in lex_dfas]
         self._predictions: dict = {}
+        #: per lexeme, 32 bytes: the bits of :attr:`follow_bytes` (what the native tables read)
+        self.follow_blob: bytes | None = None
         self.follow_lexemes = self._follow_lexemes()
-        self.follow_bytes = self._follow_bytes()
+        if self.follow_blob is not None:
+            blob = self.follow_blob
+            self.follow_bytes = [int.from_bytes(blob[32 * k: 32 * k + 32], "little") for k in range(len(lex_dfas))]
+        else:
+            self.follow_bytes = self._follow_bytes()
+            self.follow_blob = b"".join(f.to_bytes(32, "little") for f in self.follow_bytes)
         # Tuples, not lists, off the cyclic collector's lists from the start: every full
         # collection walks a list item by item (a 40,000-rule grammar's six per-item lists
         # of 111,000 items cost each one ~5 ms), and the first collection to see a fresh
@@ -225,7 +232,7 @@ class ParserTables:
                 tuple(np.ascontiguousarray(d.transitions) for d in lex_dfas),
                 tuple(np.ascontiguousarray(d.accepting) for d in lex_dfas),
                 self.is_ignore, self.glued, self.accept_item,
-                b"".join(f.to_bytes(32, "little") for f in self.follow_bytes),
+                self.follow_blob,
                 self.item_class, self.relevant_item)
             # the hot entry points go straight to C (instance attributes shadow the methods)
             self.step = self.native.step
@@ -260,9 +267,15 @@ class ParserTables:
         In C where the native recogniser is built (:meth:`_follow_lexemes_py` is the
         reference: the same sets)."""
         if NATIVE:
-            per_lexeme, self._follow_nonterminals = _earley.follow_sets(
+            # (and the follow bytes: the first bytes of each lexeme's start, unioned over its
+            # followers; what _follow_bytes gives)
+            live = [d.n_states > 0 for d in self.lex_dfas]
+            starts = np.zeros((len(live), 256), dtype=bool)
+            if any(live):
+                starts[live] = np.stack([d.transitions[0] for d in self.lex_dfas if d.n_states]) >= 0
+            per_lexeme, self._follow_nonterminals, self.follow_blob = _earley.follow_sets(
                 self.n_nonterminals, self.item_next, self.item_lhs, self.rule_first, self.nullable,
-                [d.n_states > 0 for d in self.lex_dfas], self.is_ignore)
+                live, self.is_ignore, np.packbits(starts, axis=1, bitorder="little").tobytes())
             return per_lexeme
         return self._follow_lexemes_py()
 

@@ -80,7 +80,10 @@ class CompiledGrammar:
         #: per lexeme: its DFA with an explicit sink state, and bool[256] of the bytes that
         #: may follow it (see ParserTables.follow_bytes); shared by classification and walks
         self.sink_tables = [d.sink_table() for d in self.tables.lex_dfas]
-        self.follow_masks = [_byte_set(f) for f in self.tables.follow_bytes]
+        follow = np.unpackbits(np.frombuffer(self.tables.follow_blob, dtype=np.uint8).reshape(-1, 32), axis=1,
+                               bitorder="little").view(bool)
+        follow.flags.writeable = False
+        self.follow_masks = list(follow)
         #: the vocabulary classified per lexeme state, on first use
         self.classes = TokenClasses(self.tables, self.token_table, self.sink_tables, self.follow_masks)
         layout = grammar.ir.meta.get("json_layout")
