@@ -666,7 +666,15 @@ _prefix_item = st.one_of(
                      0x110000, -1]).map(lambda c: CharRanges(((c, c),))),
     st.integers(-1, 256).map(lambda b: ByteRanges(((b, b),))),
     st.sampled_from([CharRanges(((97, 98),)), CharRanges(((97, 97), (99, 99))), CharRanges(()),
-                     _MyChars(((97, 97),)), Repeat(CharRanges(((97, 97),)), 0, 1), Seq(())]),
+                     _MyChars(((97, 97),)), Repeat(CharRanges(((97, 97),)), 0, 1), Seq(()),
+                     # a character a fixed number of times (``ll`` merged into l{2}), and not
+                     Repeat(CharRanges(((97, 97),)), 2, 2), Repeat(CharRanges(((0xE9, 0xE9),)), 3, 3),
+                     Repeat(CharRanges(((0x10000, 0x10000),)), 1, 1), Repeat(ByteRanges(((200, 200),)), 2, 2),
+                     Repeat(CharRanges(((97, 97),)), 2, 3), Repeat(CharRanges(((97, 97),)), 0, 0),
+                     Repeat(CharRanges(((97, 97),)), 4096, 4096), Repeat(CharRanges(((97, 97),)), 4097, 4097),
+                     Repeat(CharRanges(((0xD800, 0xD800),)), 2, 2), Repeat(CharRanges(((97, 98),)), 2, 2),
+                     Repeat(Repeat(CharRanges(((97, 97),)), 2, 2), 2, 2), Repeat(_MyChars(((97, 97),)), 2, 2),
+                     Repeat(CharRanges(((97, 97),)), True, True), Repeat(CharRanges(((97, 97),)), 2, 2.0)]),
 )
 
 
@@ -676,7 +684,8 @@ def test_literal_prefix_native_equals_python(items):
     """The run of single characters at the start of a sequence, read in C
     (``_dfabuild.literal_run``), is what the Python reading gives: code points on both sides
     of each UTF-8 length, surrogates and out-of-range values (not literals), bytes, classes
-    of several characters, a subclass, other nodes."""
+    of several characters, a subclass, other nodes, a character repeated a fixed number of
+    times (up to 4,096) and repeats that are not that."""
     from gramgen.automata import dfa as dfa_module
 
     _native_module()
@@ -688,6 +697,23 @@ def test_literal_prefix_native_equals_python(items):
     finally:
         dfa_module.NATIVE = native
     assert got == want
+
+
+def test_prefix_composition_reads_repeated_characters():
+    """A key whose name doubles a letter (``seq`` merges the ``ll`` of ``"gallery"`` into
+    ``l{2}``, the ``ooo`` of ``"booo"`` into ``o{3}``) is still a chain of states before the
+    rest: the builder's table."""
+    from gramgen.automata import dfa as dfa_module
+    from gramgen.grammar.simplify import seq
+
+    for word in ('"gallery"', '"booo"', '"ééx"'):
+        rx = seq([*(literal(c) for c in word), parse_regex(r"[ \t]{0,3}:")])
+        assert any(isinstance(i, Repeat) and i.min == i.max for i in rx.items)
+        data, rest = dfa_module.literal_prefix(rx)
+        assert data == word.encode()
+        got = dfa_module.with_prefix(data, dfa_module._compile_regex(rest, 10_000))
+        want = dfa_module._compile_regex(rx, 10_000)
+        assert np.array_equal(got.transitions, want.transitions) and np.array_equal(got.accepting, want.accepting)
 
 
 def test_prefix_composition_declines_when_not_minimal():

@@ -1867,29 +1867,57 @@ encode(PyObject *self, PyObject *args)
     return result;
 }
 
-/* literal_run(items, char_class, byte_class) -> (data, k): the UTF-8 bytes of the longest
- * run of single characters or bytes that starts `items` (a tuple of regex nodes: exact
- * instances of the two classes whose ranges are one (c, c) pair, a code point that is
- * not a surrogate, a byte within 0..255), and how many items that is; what
- * gramgen.automata.dfa.literal_prefix reads in Python. */
+/* a character repeated more than this many times ends a literal run */
+#define MAX_LITERAL_REPEAT 4096
+
+/* literal_run(items, char_class, byte_class[, repeat]) -> (data, k): the UTF-8 bytes of the
+ * longest run of single characters or bytes that starts `items` (a tuple of regex nodes:
+ * exact instances of the two classes whose ranges are one (c, c) pair, a code point that
+ * is not a surrogate, a byte within 0..255; and, given the repeat class, exact instances
+ * of it that repeat one of those a fixed number of times, at most MAX_LITERAL_REPEAT),
+ * and how many items that is; what gramgen.automata.dfa.literal_prefix reads in Python. */
 static PyObject *
 literal_run(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *items, *char_type, *byte_type;
-    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &items, &char_type, &byte_type))
+    PyObject *items, *char_type, *byte_type, *repeat_type = NULL;
+    if (!PyArg_ParseTuple(args, "O!OO|O", &PyTuple_Type, &items, &char_type, &byte_type, &repeat_type))
         return NULL;
     Encoder e;
     memset(&e, 0, sizeof(e));
     e.s_ranges = PyUnicode_InternFromString("ranges");
-    if (!e.s_ranges)
-        return NULL;
+    PyObject *s_item = PyUnicode_InternFromString("item"), *s_min = PyUnicode_InternFromString("min");
+    PyObject *s_max = PyUnicode_InternFromString("max");
     Vec data = {0};
     Py_ssize_t k = 0;
     PyObject *result = NULL;
+    if (!e.s_ranges || !s_item || !s_min || !s_max)
+        goto done;
     const Py_ssize_t n = PyTuple_GET_SIZE(items);
     for (; k < n; k++) {
         PyObject *item = PyTuple_GET_ITEM(items, k);
+        long times = 1;
+        if (repeat_type && (PyObject *)Py_TYPE(item) == repeat_type) {
+            /* a character repeated a fixed number of times (``ll`` merged into l{2}) */
+            PyObject *lo = PyObject_GetAttr(item, s_min), *hi = lo ? PyObject_GetAttr(item, s_max) : NULL;
+            PyObject *inner = hi ? PyObject_GetAttr(item, s_item) : NULL;
+            if (!inner) {
+                Py_XDECREF(lo);
+                Py_XDECREF(hi);
+                goto done;
+            }
+            times = PyLong_CheckExact(lo) && PyLong_CheckExact(hi) ? PyLong_AsLong(lo) : -1;
+            if (times != -1 && PyLong_AsLong(hi) != times)
+                times = -1;
+            Py_DECREF(lo);
+            Py_DECREF(hi);
+            Py_DECREF(inner);   /* (the repeat holds it) */
+            if (PyErr_Occurred())
+                PyErr_Clear();
+            if (times < 1 || times > MAX_LITERAL_REPEAT)
+                break;
+            item = inner;
+        }
         int type;
         if ((PyObject *)Py_TYPE(item) == char_type)
             type = T_CHARS;
@@ -1907,11 +1935,12 @@ literal_run(PyObject *self, PyObject *args)
         }
         if (!got)
             break;
-        for (int i = 0; i < got; i++)
-            if (vec_push(&data, buf[i])) {
-                PyErr_NoMemory();
-                goto done;
-            }
+        for (long r = 0; r < times; r++)
+            for (int i = 0; i < got; i++)
+                if (vec_push(&data, buf[i])) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
     }
     {
         PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)data.n);
@@ -1923,7 +1952,10 @@ literal_run(PyObject *self, PyObject *args)
     }
 done:
     free(data.v);
-    Py_DECREF(e.s_ranges);
+    Py_XDECREF(e.s_ranges);
+    Py_XDECREF(s_item);
+    Py_XDECREF(s_min);
+    Py_XDECREF(s_max);
     return result;
 }
 

@@ -407,10 +407,23 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
         yield found
 
 
+#: a character repeated more than this many times ends a literal prefix
+MAX_LITERAL_REPEAT = 4096
+
+
 def _literal_bytes(item: Regex) -> bytes | None:
     """The UTF-8 bytes of ``item`` when it is one character or one byte (a character of a
-    literal), else None (a class, another node, a surrogate, a byte out of range)."""
+    literal), or one of those repeated a fixed number of times (``ll``, which ``seq``
+    merges into ``l{2}``), else None (a class, another node, a surrogate, a byte out of
+    range)."""
     cls = item.__class__
+    if cls is Repeat:
+        times = item.min
+        if times.__class__ is not int or item.max.__class__ is not int or item.max != times \
+                or not 1 <= times <= MAX_LITERAL_REPEAT:
+            return None
+        one = _literal_bytes(item.item) if item.item.__class__ is not Repeat else None
+        return None if one is None else one * times
     if cls is not CharRanges and cls is not ByteRanges:
         return None
     ranges = item.ranges
@@ -434,7 +447,7 @@ def literal_prefix(rx: Regex) -> tuple[bytes, Regex] | None:
         return None
     items = rx.items
     if NATIVE and items.__class__ is tuple:
-        data, k = _dfabuild.literal_run(items, CharRanges, ByteRanges)
+        data, k = _dfabuild.literal_run(items, CharRanges, ByteRanges, Repeat)
     else:
         data, k = bytearray(), 0
         for item in items:
