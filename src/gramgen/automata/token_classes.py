@@ -62,7 +62,7 @@ class TokenClasses:
         self.token_table = token_table
         self.sink_tables = sink_tables
         self.follow_masks = follow_masks
-        self._first_sizes = np.diff(token_table.first_start)  # tokens per first byte
+        self._first_sizes = token_table.first_sizes  # tokens per first byte
         #: per lexeme, what the native walk learned of its DFA states (lexeme_tokens.chain_memo)
         self._memos = _LazyMemos(sink_tables)
         self._follow_key = [m.tobytes() for m in follow_masks]
@@ -78,9 +78,7 @@ class TokenClasses:
         #: how deep :meth:`agreement` looks: past the length that all but AGREEMENT_TAIL of
         #: the tokens keep within, a deeper agreement spares walking few tokens and costs a
         #: search as long as the longest token (most of a neighbour search's time)
-        longer = token_table.n_longer
-        self.agreement_cap = next((d for d in range(len(longer)) if longer[d] * self.AGREEMENT_TAIL
-                                    <= len(token_table.sorted_bytes)), token_table.max_len)
+        self.agreement_cap = token_table.depth_for_tail(self.AGREEMENT_TAIL)
         self._probes: dict = {}  # (lexeme, lexeme) -> the bytes their agreement tries
         #: (lexeme, state) -> its exit tokens by what their rests stay inside, and
         #: (lexeme, state, lexemes started after it) -> those decided (see :meth:`exits_after`)

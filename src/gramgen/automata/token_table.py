@@ -67,6 +67,8 @@ class TokenTable:
         #: ranks whose first byte is ``b`` are ``first_start[b]`` up to ``first_start[b + 1]``
         first = flat[0] if len(ids) else np.zeros(0, dtype=np.uint8)
         self.first_start = np.searchsorted(first, np.arange(257), side="left").astype(np.int64)
+        #: ``first_sizes[b]``: how many tokens start with byte ``b``
+        self.first_sizes = np.diff(self.first_start)
         #: the sorted tokens' bytes end to end (token ``r`` is ``blob[offsets[r]:offsets[r + 1]]``)
         #: and ``lcp[r]``, how many leading bytes token ``r`` shares with token ``r - 1``: the
         #: trie of the vocabulary, implicit, for the native walk
@@ -88,6 +90,7 @@ class TokenTable:
         #: ``n_longer[d]``: how many tokens are longer than ``d`` bytes
         self.n_longer = (len(ids) - np.cumsum(np.bincount(lengths, minlength=self.max_len + 1))).astype(np.int64)
         self._longer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._depth_for_tail: dict[int, int] = {}
         #: lexeme-state classes shared by every grammar compiled for this vocabulary
         #: (``TokenClasses._classify``), keyed by the state's future and follow bytes
         self.shared_classes: SizedLRU = SizedLRU(64 << 20, lambda lt: lt.nbytes)
@@ -182,6 +185,17 @@ class TokenTable:
             by_id[self.rank_to_id[longer]] = True
             self.long_ids[L] = pack(by_id)
             self.long_ranks[L] = pack(longer)
+
+    def depth_for_tail(self, tail: int) -> int:
+        """The fewest bytes that all but one token in ``tail`` keep within (``max_len`` at
+        most): how deep an agreement of lexeme states is worth looking (see
+        ``TokenClasses.agreement_cap``). Per vocabulary, so kept."""
+        found = self._depth_for_tail.get(tail)
+        if found is None:
+            longer, n = self.n_longer, len(self.sorted_bytes)
+            found = next((d for d in range(len(longer)) if longer[d] * tail <= n), self.max_len)
+            self._depth_for_tail[tail] = found
+        return found
 
     def longer_than(self, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The ranks of the tokens longer than ``depth`` bytes (ascending), and packed masks

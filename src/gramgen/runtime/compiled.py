@@ -89,9 +89,8 @@ class CompiledGrammar:
         layout = grammar.ir.meta.get("json_layout")
         if layout is not None:
             # the classes every JSON Schema grammar of this layout shares, once per vocabulary
-            warm = dataclasses.replace(options, precompute=False)
             ensure_standard_classes(self.token_table, vocab, layout,
-                                    lambda g: CompiledGrammar(g, vocab, warm))
+                                    lambda g: CompiledGrammar(g, vocab, dataclasses.replace(options, precompute=False)))
         #: parser-state signature -> its packed mask (read and written by the matchers)
         self.mask_cache: LRU = LRU(options.mask_cache_size)
         #: parser context of a position inside lexemes -> its recent (lexeme states, mask)
