@@ -502,7 +502,7 @@ def _random_grammar(rng: random.Random) -> gramgen.Grammar:
 @pytest.mark.skipif(not earley.NATIVE, reason="GRAMGEN_NATIVE=0: the Python recogniser was asked for")
 def test_native_table_builders_equal_python_ones():
     """``_earley.follow_sets`` (FIRST / FOLLOW of the parser tables in C bit sets, and the
-    bytes that may follow each lexeme) and
+    bytes that may follow each lexeme), ``_earley.nullable_symbols`` and
     ``_earley.item_classes`` (the items' classes for signatures) give what the Python
     references give, on random grammars (some with more than 64 lexemes), the shipped ones,
     grammars with lexemes split into rules (glued items) and a long string's counted chain
@@ -523,6 +523,8 @@ def test_native_table_builders_equal_python_ones():
             continue   # (an empty language)
         got, got_nt = list(tables.follow_lexemes), list(tables._follow_nonterminals)
         assert got == tables._follow_lexemes_py()
+        assert list(tables.nullable) == tables._nullable(tables.n_nonterminals,
+                                                         [d.nullable for d in tables.lex_dfas])
         # the follow bytes, unioned in C from the lexemes' first bytes
         assert list(tables.follow_bytes) == tables._follow_bytes()
         assert tables.follow_blob == b"".join(f.to_bytes(32, "little") for f in tables.follow_bytes)

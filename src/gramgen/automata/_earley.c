@@ -4664,12 +4664,112 @@ done:
     return result;
 }
 
+/* nullable_symbols(n_nonterminals, item_next, item_lhs, rule_first, lexeme_nullable) ->
+ * tuple of bools, per symbol code (nonterminals, then lexemes): whether it derives the
+ * empty string (ParserTables._nullable is the reference). The least fixed point with a
+ * work list: each rule counts its symbols not known nullable, each nonterminal the rules
+ * waiting on it. */
+static PyObject *
+nullable_symbols(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int n_nt;
+    PyObject *o_next, *o_lhs, *o_first, *o_lex;
+    if (!PyArg_ParseTuple(args, "iOOOO", &n_nt, &o_next, &o_lhs, &o_first, &o_lex))
+        return NULL;
+    Py_ssize_t n_items = 0, n_lhs = 0, n_rules = 0, n_lex = 0;
+    int32_t *next = NULL, *lhs_of = NULL, *firsts = NULL, *lex = NULL, *missing = NULL;
+    int32_t *w_off = NULL, *w_rule = NULL, *work = NULL;
+    uint8_t *nullable = NULL;
+    PyObject *result = NULL;
+    if (!(next = int_array(o_next, &n_items, "item_next")) || !(lhs_of = int_array(o_lhs, &n_lhs, "item_lhs"))
+        || !(firsts = int_array(o_first, &n_rules, "rule_first")) || !(lex = int_array(o_lex, &n_lex, "lexeme_nullable")))
+        goto done;
+    const Py_ssize_t n_sym = (Py_ssize_t)n_nt + n_lex;
+    if (n_nt < 0 || n_lhs != n_items || (n_items && next[n_items - 1] != END)) {
+        PyErr_SetString(PyExc_ValueError, "nullable_symbols: inconsistent tables");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_items; i++)
+        if (next[i] < -1 || next[i] >= n_sym || lhs_of[i] < 0 || lhs_of[i] >= n_nt) {
+            PyErr_SetString(PyExc_ValueError, "nullable_symbols: a symbol out of range");
+            goto done;
+        }
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        if (firsts[r] < 0 || firsts[r] >= n_items) {
+            PyErr_SetString(PyExc_ValueError, "nullable_symbols: a rule out of range");
+            goto done;
+        }
+    nullable = calloc((size_t)n_sym + 1, 1);
+    missing = calloc((size_t)n_rules + 1, sizeof(int32_t));
+    w_off = calloc((size_t)n_nt + 2, sizeof(int32_t));
+    w_rule = malloc(((size_t)n_items + 1) * sizeof(int32_t));
+    work = malloc(((size_t)n_rules + 1) * sizeof(int32_t));
+    if (!nullable || !missing || !w_off || !w_rule || !work) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_lex; k++)
+        nullable[n_nt + k] = lex[k] != 0;
+    /* a rule waits on each occurrence of a nonterminal; a lexeme that is not nullable
+     * makes the rule never nullable (counted, never counted down) */
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        for (int32_t i = firsts[r]; next[i] != END; i++)
+            if (!nullable[next[i]]) {
+                missing[r]++;
+                if (next[i] < n_nt)
+                    w_off[next[i] + 1]++;
+            }
+    for (int32_t a = 0; a < n_nt; a++)
+        w_off[a + 1] += w_off[a];
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        for (int32_t i = firsts[r]; next[i] != END; i++)
+            if (!nullable[next[i]] && next[i] < n_nt)
+                w_rule[w_off[next[i]]++] = (int32_t)r;
+    for (int32_t a = n_nt; a > 0; a--)
+        w_off[a] = w_off[a - 1];
+    w_off[0] = 0;
+    Py_ssize_t top = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        if (!missing[r])
+            work[top++] = lhs_of[firsts[r]];
+    while (top) {
+        int32_t a = work[--top];
+        if (nullable[a])
+            continue;
+        nullable[a] = 1;
+        for (int32_t j = w_off[a]; j < w_off[a + 1]; j++)
+            if (!--missing[w_rule[j]])
+                work[top++] = lhs_of[firsts[w_rule[j]]];
+    }
+    if (!(result = PyTuple_New(n_sym)))
+        goto done;
+    for (Py_ssize_t x = 0; x < n_sym; x++) {
+        PyObject *b = nullable[x] ? Py_True : Py_False;
+        Py_INCREF(b);
+        PyTuple_SET_ITEM(result, x, b);
+    }
+done:
+    PyMem_Free(next);
+    PyMem_Free(lhs_of);
+    PyMem_Free(firsts);
+    PyMem_Free(lex);
+    free(nullable);
+    free(missing);
+    free(w_off);
+    free(w_rule);
+    free(work);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"item_classes", item_classes, METH_VARARGS,
      "item_classes(named_lhs, named_next, glued, rule_first, accept_item)"},
     {"follow_sets", follow_sets, METH_VARARGS,
      "follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live, is_ignore[, "
      "first_bytes])"},
+    {"nullable_symbols", nullable_symbols, METH_VARARGS,
+     "nullable_symbols(n_nonterminals, item_next, item_lhs, rule_first, lexeme_nullable)"},
     {"rule_items", rule_items, METH_VARARGS, "rule_items(rules, lexeme_names, live, start, augmented)"},
     {NULL, NULL, 0, NULL}
 };

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import GrammarError
 from ..grammar.ir import COUNTED_CHAINS, GrammarIR, productive_rules
 from ..grammar.simplify import fewest_bytes
-from ..grammar.split import glued_items
+from ..grammar.split import SPLIT_INNER, SPLIT_TOPS, glued_items
 from .dfa import untrack
 
 try:
@@ -177,7 +177,10 @@ class ParserTables:
         self.accept_item = self.rule_first[0] + 1
         # positions inside a lexeme split into rules (see grammar.split): no ignored lexeme
         # starts there, and none resumes a parse there
-        self.glued = [g for per_rule in glued_items(ir, rules) for g in per_rule]
+        if SPLIT_TOPS in ir.meta or SPLIT_INNER in ir.meta:
+            self.glued = [g for per_rule in glued_items(ir, rules) for g in per_rule]
+        else:
+            self.glued = [False] * len(self.item_next)   # (what glued_items gives without split lexemes)
         self.any_glued = any(self.glued)
         # items with the same left-hand side and the same symbols left to match have the same
         # future from the same origin (``S -> "," . v`` and ``S -> S "," . v``): signatures
@@ -199,7 +202,10 @@ class ParserTables:
         self.lex_accept = [tuple(d.accepting.tolist()) for d in lex_dfas]
         self.lex_dfas = lex_dfas
         lex_nullable = [d.nullable for d in lex_dfas]
-        self.nullable = self._nullable(N, lex_nullable)
+        if NATIVE:
+            self.nullable = _earley.nullable_symbols(N, self.item_next, self.item_lhs, self.rule_first, lex_nullable)
+        else:
+            self.nullable = self._nullable(N, lex_nullable)
         # bit b of lex_first_bytes[k][q] is set iff byte b keeps lexeme k alive from q
         self.lex_first_bytes = [d.first_bytes for d in lex_dfas]
         self._predictions: dict = {}
@@ -358,7 +364,7 @@ class ParserTables:
         return self._first_bytes_of(self._follow_nonterminals[nonterminal] | ignored)
 
     def _nullable(self, N: int, lex_nullable: list[bool]) -> list[bool]:
-        """nullable[symbol] for every symbol code."""
+        """nullable[symbol] for every symbol code (in C: ``_earley.nullable_symbols``)."""
         nullable = [False] * N + lex_nullable[: len(lex_nullable)]
         changed = True
         while changed:
