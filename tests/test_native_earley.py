@@ -581,6 +581,20 @@ def test_native_rule_items_equal_python():
         earley._earley.rule_items([Rule("a", ("L",))], ["L"], [True, False], "a", "$start")
 
 
+@pytest.mark.skipif(earley._earley is None, reason="the native recogniser is not built")
+def test_native_follow_bytes_refuse_bad_tables():
+    """``_earley.follow_sets`` reads the follow bytes from each live lexeme's start row:
+    a table per lexeme, int32, at least one row; anything else is refused."""
+    args = (1, [1, earley.END, earley.END], [0, 0, 0], [0, 2], [False, False], [True], [False])
+    row = np.full((1, 256), -1, dtype=np.int32)
+    row[0, ord("a")] = 0
+    _, _, blob = earley._earley.follow_sets(*args, [row])
+    assert blob == bytes(32)   # (nothing follows the lexeme)
+    for bad in ([], [np.zeros((0, 256), np.int32)], [row.astype(np.int64)], [row, row]):
+        with pytest.raises(ValueError):
+            earley._earley.follow_sets(*args, bad)
+
+
 def test_native_item_classes_on_random_tables():
     """``_earley.item_classes`` on random item tables (few symbols, so that suffixes and
     classes repeat; glued flags at random) numbers the classes as the Python reference does,

@@ -3998,6 +3998,7 @@ follow_sets(PyObject *self, PyObject *args)
     int32_t *e_from = NULL, *e_to = NULL, *off = NULL, *tgt = NULL, *work = NULL;
     uint64_t *first = NULL, *follow = NULL, *rest = NULL;
     char *queued = NULL;
+    uint8_t *starts = NULL;
     PyObject *result = NULL, *lex_out = NULL, *nt_out = NULL, *bytes_out = NULL;
     if (!(next = int_array(o_next, &n_items, "item_next")) || !(lhs_of = int_array(o_lhs, &n_lhs, "item_lhs"))
         || !(firsts = int_array(o_first, &n_rules, "rule_first")) || !(live = int_array(o_live, &n_lex, "lexeme_live")))
@@ -4121,12 +4122,43 @@ follow_sets(PyObject *self, PyObject *args)
     }
     if (o_starts && o_starts != Py_None) {
         /* per lexeme, the bytes that may follow it: the union of its followers' first
-         * bytes (32 bytes per lexeme, bit b of byte b / 8) */
-        if (!PyBytes_Check(o_starts) || PyBytes_GET_SIZE(o_starts) != 32 * n_lex) {
-            PyErr_SetString(PyExc_ValueError, "follow_sets: expected 32 bytes of first bytes per lexeme");
+         * bytes (32 bytes per lexeme, bit b of byte b / 8), read from the start rows of
+         * their DFAs (a sequence of int32 [n, 256] tables, C-contiguous) */
+        PyObject *tabs = PySequence_Fast(o_starts, "follow_sets: the DFA tables must be a sequence");
+        if (!tabs)
+            goto done;
+        if (PySequence_Fast_GET_SIZE(tabs) != n_lex) {
+            Py_DECREF(tabs);
+            PyErr_SetString(PyExc_ValueError, "follow_sets: expected one DFA table per lexeme");
             goto done;
         }
-        const uint8_t *starts = (const uint8_t *)PyBytes_AS_STRING(o_starts);
+        starts = calloc((size_t)(32 * n_lex) + 1, 1);
+        if (!starts) {
+            Py_DECREF(tabs);
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < n_lex; k++) {
+            if (!live[k])
+                continue;
+            Py_buffer view;
+            if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(tabs, k), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+                Py_DECREF(tabs);
+                goto done;
+            }
+            if (view.itemsize != 4 || view.len < 256 * 4) {
+                PyBuffer_Release(&view);
+                Py_DECREF(tabs);
+                PyErr_SetString(PyExc_ValueError, "follow_sets: a live lexeme's table must be int32 [n >= 1, 256]");
+                goto done;
+            }
+            const int32_t *row = view.buf;
+            for (int b = 0; b < 256; b++)
+                if (row[b] >= 0)
+                    starts[32 * k + b / 8] |= (uint8_t)(1u << (b % 8));
+            PyBuffer_Release(&view);
+        }
+        Py_DECREF(tabs);
         if (!(bytes_out = PyBytes_FromStringAndSize(NULL, 32 * n_lex)))
             goto done;
         uint8_t *out = (uint8_t *)PyBytes_AS_STRING(bytes_out);
@@ -4150,6 +4182,7 @@ done:
     Py_XDECREF(lex_out);
     Py_XDECREF(nt_out);
     Py_XDECREF(bytes_out);
+    free(starts);
     PyMem_Free(next);
     PyMem_Free(lhs_of);
     PyMem_Free(firsts);
@@ -4767,7 +4800,7 @@ static PyMethodDef module_methods[] = {
      "item_classes(named_lhs, named_next, glued, rule_first, accept_item)"},
     {"follow_sets", follow_sets, METH_VARARGS,
      "follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live, is_ignore[, "
-     "first_bytes])"},
+     "dfa_tables])"},
     {"nullable_symbols", nullable_symbols, METH_VARARGS,
      "nullable_symbols(n_nonterminals, item_next, item_lhs, rule_first, lexeme_nullable)"},
     {"rule_items", rule_items, METH_VARARGS, "rule_items(rules, lexeme_names, live, start, augmented)"},

@@ -211,7 +211,9 @@ class ParserTables:
         self._predictions: dict = {}
         #: per lexeme, 32 bytes: the bits of :attr:`follow_bytes` (what the native tables read)
         self.follow_blob: bytes | None = None
-        self.follow_lexemes = self._follow_lexemes()
+        # (the Python DFA pipeline may hand over views: C wants contiguous rows)
+        contiguous = tuple(np.ascontiguousarray(d.transitions) for d in lex_dfas)
+        self.follow_lexemes = self._follow_lexemes(contiguous)
         if self.follow_blob is not None:
             blob = self.follow_blob
             self.follow_bytes = [int.from_bytes(blob[32 * k: 32 * k + 32], "little") for k in range(len(lex_dfas))]
@@ -233,11 +235,8 @@ class ParserTables:
             if _earley is None:
                 raise RuntimeError("gramgen's native recogniser (gramgen.automata._earley) is not built")
             self.native = _earley.Tables(
-                N, self.item_next, self.item_lhs, self.nullable, self.rules_of,
-                # (the Python DFA pipeline may hand over views: C wants contiguous rows)
-                tuple(np.ascontiguousarray(d.transitions) for d in lex_dfas),
-                tuple(np.ascontiguousarray(d.accepting) for d in lex_dfas),
-                self.is_ignore, self.glued, self.accept_item,
+                N, self.item_next, self.item_lhs, self.nullable, self.rules_of, contiguous,
+                tuple(np.ascontiguousarray(d.accepting) for d in lex_dfas), self.is_ignore, self.glued, self.accept_item,
                 self.follow_blob,
                 self.item_class, self.relevant_item)
             # the hot entry points go straight to C (instance attributes shadow the methods)
@@ -261,7 +260,7 @@ class ParserTables:
             out.append(classes.setdefault(key, len(classes)))
         return out
 
-    def _follow_lexemes(self) -> list[int]:
+    def _follow_lexemes(self, tables: tuple | None = None) -> list[int]:
         """For each lexeme, the set (a bitmask over lexemes) of lexemes that can start right
         where it ends.
 
@@ -271,17 +270,14 @@ class ParserTables:
         ``abc`` cannot end NAME at ``a`` when NAME is never directly followed by a lexeme
         starting with a letter. See :attr:`follow_bytes` and ``automata.lexer_automaton``.
         In C where the native recogniser is built (:meth:`_follow_lexemes_py` is the
-        reference: the same sets)."""
+        reference: the same sets), which also unions the follow bytes (:attr:`follow_blob`)
+        from the first rows of ``tables``, the lexemes' DFA tables as contiguous arrays."""
         if NATIVE:
-            # (and the follow bytes: the first bytes of each lexeme's start, unioned over its
-            # followers; what _follow_bytes gives)
-            live = [d.n_states > 0 for d in self.lex_dfas]
-            starts = np.zeros((len(live), 256), dtype=bool)
-            if any(live):
-                starts[live] = np.stack([d.transitions[0] for d in self.lex_dfas if d.n_states]) >= 0
+            if tables is None:
+                tables = tuple(np.ascontiguousarray(d.transitions) for d in self.lex_dfas)
             per_lexeme, self._follow_nonterminals, self.follow_blob = _earley.follow_sets(
                 self.n_nonterminals, self.item_next, self.item_lhs, self.rule_first, self.nullable,
-                live, self.is_ignore, np.packbits(starts, axis=1, bitorder="little").tobytes())
+                [d.n_states > 0 for d in self.lex_dfas], self.is_ignore, tables)
             return per_lexeme
         return self._follow_lexemes_py()
 
