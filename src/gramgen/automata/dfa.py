@@ -27,6 +27,7 @@ from .._lru import SizedLRU, cleared_with_all
 from ..errors import CompileLimitError, GrammarError
 from ..grammar.ir import (EMPTY, WITHOUT_PREFIXES, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex,
                           Repeat, Rule, Seq, frozen_key, normalize_ranges)
+from ..grammar.cpdfa import words_dfa
 from ..grammar.split import split_lexemes
 from .utf8 import EXIT, utf8_automaton
 
@@ -594,18 +595,10 @@ def without_prefixes(dfa: ByteDFA, prefixes, max_states: int = 10_000) -> ByteDF
 def _without_prefixes_py(dfa: ByteDFA, prefixes: list[bytes], max_states: int) -> ByteDFA:
     """:func:`without_prefixes` in Python (the reference: the same tables)."""
     n = dfa.n_states
-    children: list[dict[int, int]] = [{}]
-    ends = [False]
-    for p in prefixes:
-        t = 0
-        for b in p:
-            nxt = children[t].get(b)
-            if nxt is None:
-                nxt = children[t][b] = len(children)
-                children.append({})
-                ends.append(False)
-            t = nxt
-        ends[t] = True
+    # the prefixes' trie, made by the code-point one (a byte read as the code point of its value)
+    trie = words_dfa(p.decode("latin-1") for p in prefixes)
+    children = [{c: t for c, _, t in out} for out in trie.edges] or [{}]
+    ends = list(trie.accepting) or [False]
     if not n or ends[0]:
         return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
     table = dfa.transitions.tolist()
