@@ -10,7 +10,7 @@ from collections import deque
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gramgen.automata.dfa import ByteDFA, compile_regex
@@ -412,6 +412,7 @@ def _encoded(rxs, native: bool):
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.recursive(_leaf, _extend, max_leaves=14), min_size=1, max_size=3))
+@example([Repeat(CharRanges(((97, 97),)), 1, 1)])   # (a repeat that a literal prefix reads, the encoder not)
 def test_native_encoder_equals_python(rxs):
     """The C encoder of regex trees into the builder's program (``_dfabuild.encode``)
     writes the words of the Python one (``_Program.node_py``), with shared subtrees and

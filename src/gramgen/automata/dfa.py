@@ -412,19 +412,24 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
 MAX_LITERAL_REPEAT = 4096
 
 
-def _literal_bytes(item: Regex) -> bytes | None:
-    """The UTF-8 bytes of ``item`` when it is one character or one byte (a character of a
-    literal), or one of those repeated a fixed number of times (``ll``, which ``seq``
-    merges into ``l{2}``), else None (a class, another node, a surrogate, a byte out of
-    range)."""
-    cls = item.__class__
-    if cls is Repeat:
+def _repeated_literal_bytes(item: Regex) -> bytes | None:
+    """:func:`_literal_bytes`, or for a character repeated a fixed number of times (``ll``,
+    which ``seq`` merges into ``l{2}``), its bytes that many times (what a literal prefix
+    reads; the program encoder keeps such a repeat a node)."""
+    if item.__class__ is Repeat:
         times = item.min
         if times.__class__ is not int or item.max.__class__ is not int or item.max != times \
                 or not 1 <= times <= MAX_LITERAL_REPEAT:
             return None
-        one = _literal_bytes(item.item) if item.item.__class__ is not Repeat else None
+        one = _literal_bytes(item.item)
         return None if one is None else one * times
+    return _literal_bytes(item)
+
+
+def _literal_bytes(item: Regex) -> bytes | None:
+    """The UTF-8 bytes of ``item`` when it is one character or one byte (a character of a
+    literal), else None (a class, another node, a surrogate, a byte out of range)."""
+    cls = item.__class__
     if cls is not CharRanges and cls is not ByteRanges:
         return None
     ranges = item.ranges
@@ -452,7 +457,7 @@ def literal_prefix(rx: Regex) -> tuple[bytes, Regex] | None:
     else:
         data, k = bytearray(), 0
         for item in items:
-            one = _literal_bytes(item)
+            one = _repeated_literal_bytes(item)
             if one is None:
                 break
             data += one
