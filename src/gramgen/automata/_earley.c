@@ -3980,6 +3980,90 @@ csr_of(int32_t n, const int32_t *from, const int32_t *to, int32_t m, int32_t **o
     return 0;
 }
 
+/* The item tables of a grammar (item_next, item_lhs over n_items items, rule_first over
+ * n_rules rules, symbols below n_sym, nonterminals below n_nt), checked as `fn` reads them:
+ * -1 with a ValueError naming `fn` where a symbol or rule is out of range or the last
+ * rule has no end. */
+static int
+check_items(const char *fn, int32_t n_nt, Py_ssize_t n_sym, const int32_t *next, const int32_t *lhs_of,
+            Py_ssize_t n_items, Py_ssize_t n_lhs, const int32_t *firsts, Py_ssize_t n_rules)
+{
+    if (n_nt < 0 || n_lhs != n_items) {
+        PyErr_Format(PyExc_ValueError, "%s: inconsistent table sizes", fn);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n_items; i++)
+        if (next[i] < -1 || next[i] >= n_sym || lhs_of[i] < 0 || lhs_of[i] >= n_nt) {
+            PyErr_Format(PyExc_ValueError, "%s: a symbol out of range", fn);
+            return -1;
+        }
+    for (Py_ssize_t r = 0; r < n_rules; r++)
+        if (firsts[r] < 0 || firsts[r] >= n_items) {
+            PyErr_Format(PyExc_ValueError, "%s: a rule out of range", fn);
+            return -1;
+        }
+    if (n_items && next[n_items - 1] != END) {
+        PyErr_Format(PyExc_ValueError, "%s: the last rule has no end", fn);
+        return -1;
+    }
+    return 0;
+}
+
+/* The least fixed point of "a rule's left-hand side is known once every symbol of its
+ * body is" (productive symbols, nullable ones): rule r's body is body[at[r] .. end[r]),
+ * its left-hand side lhs[r]; known (n_sym flags) holds what is known at the start and on
+ * return all that follows; missing (n_rules, written) ends 0 for the rules whose every
+ * symbol is known. Each rule counts its symbols not known (once per occurrence), each
+ * symbol the rules waiting on it: one pass over the rules, not one per level. -1 when out
+ * of memory. */
+static int
+close_rules(int32_t n_sym, int32_t n_rules, const int32_t *lhs, const int32_t *at, const int32_t *end,
+            const int32_t *body, uint8_t *known, int32_t *missing)
+{
+    int32_t m = 0;
+    for (int32_t r = 0; r < n_rules; r++) {
+        missing[r] = 0;
+        for (int32_t j = at[r]; j < end[r]; j++)
+            missing[r] += !known[body[j]];
+        m += missing[r];
+    }
+    int32_t *from = calloc((size_t)m + 1, sizeof(int32_t)), *to = calloc((size_t)m + 1, sizeof(int32_t));
+    int32_t *work = malloc(((size_t)n_rules + 1) * sizeof(int32_t)), *off = NULL, *tgt = NULL;
+    int status = -1;
+    if (!from || !to || !work)
+        goto done;
+    m = 0;
+    for (int32_t r = 0; r < n_rules; r++)
+        for (int32_t j = at[r]; j < end[r]; j++)
+            if (!known[body[j]]) {
+                from[m] = body[j];
+                to[m++] = r;
+            }
+    if (csr_of(n_sym, from, to, m, &off, &tgt))
+        goto done;
+    int32_t top = 0;
+    for (int32_t r = 0; r < n_rules; r++)
+        if (!missing[r])
+            work[top++] = lhs[r];
+    while (top) {
+        int32_t s = work[--top];
+        if (known[s])
+            continue;
+        known[s] = 1;
+        for (int32_t e = off[s]; e < off[s + 1]; e++)
+            if (!--missing[tgt[e]])
+                work[top++] = lhs[tgt[e]];
+    }
+    status = 0;
+done:
+    free(from);
+    free(to);
+    free(work);
+    free(off);
+    free(tgt);
+    return status;
+}
+
 /* follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live,
  * is_ignore) -> (per lexeme, per nonterminal): ParserTables._follow_lexemes_py's bit sets
  * over the lexemes (see there), found with C bit sets. */
@@ -4003,27 +4087,10 @@ follow_sets(PyObject *self, PyObject *args)
     if (!(next = int_array(o_next, &n_items, "item_next")) || !(lhs_of = int_array(o_lhs, &n_lhs, "item_lhs"))
         || !(firsts = int_array(o_first, &n_rules, "rule_first")) || !(live = int_array(o_live, &n_lex, "lexeme_live")))
         goto done;
-    if (n_nt < 0 || n_lhs != n_items) {
-        PyErr_SetString(PyExc_ValueError, "follow_sets: inconsistent table sizes");
-        goto done;
-    }
     n_sym = n_nt + n_lex;
-    if (!(nullable = bool_array(o_nullable, n_sym, "nullable")) || !(ignore = bool_array(o_ignore, n_lex, "is_ignore")))
+    if (check_items("follow_sets", n_nt, n_sym, next, lhs_of, n_items, n_lhs, firsts, n_rules)
+        || !(nullable = bool_array(o_nullable, n_sym, "nullable")) || !(ignore = bool_array(o_ignore, n_lex, "is_ignore")))
         goto done;
-    for (Py_ssize_t i = 0; i < n_items; i++)
-        if (next[i] < -1 || next[i] >= n_sym || lhs_of[i] < 0 || lhs_of[i] >= n_nt) {
-            PyErr_SetString(PyExc_ValueError, "follow_sets: a symbol out of range");
-            goto done;
-        }
-    for (Py_ssize_t r = 0; r < n_rules; r++)
-        if (firsts[r] < 0 || firsts[r] >= n_items) {
-            PyErr_SetString(PyExc_ValueError, "follow_sets: a rule out of range");
-            goto done;
-        }
-    if (n_items && next[n_items - 1] != END) {
-        PyErr_SetString(PyExc_ValueError, "follow_sets: the last rule has no end");
-        goto done;
-    }
     const int32_t w = (int32_t)((n_lex + 63) / 64) > 0 ? (int32_t)((n_lex + 63) / 64) : 1;
     const int32_t ns = (int32_t)n_sym;
     first = calloc((size_t)ns * w, sizeof(uint64_t));
@@ -4349,22 +4416,6 @@ symbol_id(PyObject *ids, PyObject *name, int *fresh)
     return id;
 }
 
-static int
-grow_ints(int32_t **a, Py_ssize_t *cap, Py_ssize_t need)
-{
-    if (need <= *cap)
-        return 0;
-    Py_ssize_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    int32_t *b = realloc(*a, (size_t)c * sizeof(int32_t));
-    if (!b)
-        return -1;
-    *a = b;
-    *cap = c;
-    return 0;
-}
-
 /* tuple of ints from an int32 array */
 static PyObject *
 int_tuple(const int32_t *a, Py_ssize_t n)
@@ -4401,12 +4452,12 @@ rule_items(PyObject *self, PyObject *args)
     PyObject *rules = NULL, *lex = NULL, *ids = NULL, *names = NULL, *result = NULL;
     PyObject *lhs_attr = NULL, *rhs_attr = NULL, *kept_rules = NULL, *nt_names = NULL;
     PyObject **rhs_of = NULL;
-    int32_t *lhs = NULL, *body_at = NULL, *body = NULL, *lex_k = NULL, *missing = NULL;
-    int32_t *w_off = NULL, *w_rule = NULL, *work = NULL, *nt_of = NULL, *rule_nt = NULL;
+    int32_t *lhs = NULL, *body_at = NULL, *missing = NULL, *nt_of = NULL, *rule_nt = NULL;
     int32_t *next = NULL, *item_lhs = NULL, *item_rule = NULL, *firsts = NULL, *kept = NULL;
     int32_t *rules_of_n = NULL, *rules_of_at = NULL, *rules_of = NULL;
+    IVec body = {0}, lex_k = {0};   /* (the bodies' symbols end to end; per symbol, its lexeme or -1) */
     uint8_t *live = NULL, *productive = NULL;
-    Py_ssize_t body_cap = 0, sym_cap = 0, n_items = 0, n_rules = 0, n_lex = 0;
+    Py_ssize_t n_items = 0, n_rules = 0, n_lex = 0;
     if (!(rules = PySequence_Fast(o_rules, "rules")) || !(lex = PySequence_Fast(o_lex, "lexeme_names")))
         goto done;
     n_rules = PySequence_Fast_GET_SIZE(rules);
@@ -4430,12 +4481,11 @@ rule_items(PyObject *self, PyObject *args)
             goto done;                                                      \
         if (fresh_) {                                                       \
             if (id_ > INT32_MAX - 2 || PyList_Append(names, (name)) < 0     \
-                || grow_ints(&lex_k, &sym_cap, id_ + 1)) {                  \
+                || ivec_push(&lex_k, -1) < 0) {                             \
                 if (!PyErr_Occurred())                                      \
                     PyErr_NoMemory();                                       \
                 goto done;                                                  \
             }                                                               \
-            lex_k[id_] = -1;                                                \
         }                                                                   \
         (out) = (int32_t)id_;                                               \
     } while (0)
@@ -4447,10 +4497,9 @@ rule_items(PyObject *self, PyObject *args)
             goto done;
         }
         INTERN(name, id);
-        if (lex_k[id] < 0)
-            lex_k[id] = (int32_t)k;
+        if (lex_k.a[id] < 0)
+            lex_k.a[id] = (int32_t)k;
     }
-    Py_ssize_t m = 0;
     for (Py_ssize_t r = 0; r < n_rules; r++) {
         PyObject *rule = PySequence_Fast_GET_ITEM(rules, r);
         PyObject *l = PyObject_GetAttr(rule, lhs_attr);
@@ -4473,68 +4522,42 @@ rule_items(PyObject *self, PyObject *args)
         if (!rhs_of[r])
             goto done;
         Py_ssize_t len = PyTuple_GET_SIZE(rhs_of[r]);
-        body_at[r] = (int32_t)m;
-        if (m + len > INT32_MAX - 2 || grow_ints(&body, &body_cap, m + len + 1)) {
-            if (!PyErr_Occurred())
-                PyErr_NoMemory();
+        body_at[r] = (int32_t)body.n;
+        if (body.n + len > INT32_MAX - 2) {
+            PyErr_SetString(PyExc_OverflowError, "rule_items: too many symbols");
             goto done;
         }
         for (Py_ssize_t j = 0; j < len; j++) {
             PyObject *s = PyTuple_GET_ITEM(rhs_of[r], j);
+            int32_t id;
             if (!PyUnicode_Check(s)) {
                 PyErr_SetString(PyExc_TypeError, "rule_items: a symbol that is not a str");
                 goto done;
             }
-            INTERN(s, body[m]);
-            m++;
+            INTERN(s, id);
+            if (ivec_push(&body, id) < 0)
+                goto done;
         }
     }
+    const Py_ssize_t m = body.n;
     body_at[n_rules] = (int32_t)m;
     int32_t start_id, aug_id;
     INTERN(start, start_id);
     INTERN(augmented, aug_id);
 #undef INTERN
     const Py_ssize_t n_sym = PyDict_GET_SIZE(ids);
-    /* productive: the least fixed point, each rule counting its symbols not known yet
-     * (once per occurrence) and each symbol the rules waiting on it (ir.productive_rules) */
+    /* productive: a live lexeme, or a nonterminal with a rule of productive symbols */
     productive = calloc((size_t)n_sym + 1, 1);
-    missing = calloc((size_t)n_rules + 1, sizeof(int32_t));
-    w_off = calloc((size_t)n_sym + 2, sizeof(int32_t));
-    w_rule = malloc((size_t)(m + 1) * sizeof(int32_t));
-    work = malloc((size_t)(n_sym + n_rules + 1) * sizeof(int32_t));
-    if (!productive || !missing || !w_off || !w_rule || !work) {
+    missing = malloc(((size_t)n_rules + 1) * sizeof(int32_t));
+    if (!productive || !missing) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t id = 0; id < n_sym; id++)
-        productive[id] = lex_k[id] >= 0 && live[lex_k[id]];
-    for (Py_ssize_t r = 0; r < n_rules; r++)
-        for (int32_t j = body_at[r]; j < body_at[r + 1]; j++)
-            if (!productive[body[j]]) {
-                missing[r]++;
-                w_off[body[j] + 1]++;
-            }
-    for (Py_ssize_t id = 0; id < n_sym; id++)
-        w_off[id + 1] += w_off[id];
-    for (Py_ssize_t r = 0; r < n_rules; r++)
-        for (int32_t j = body_at[r]; j < body_at[r + 1]; j++)
-            if (!productive[body[j]])
-                w_rule[w_off[body[j]]++] = (int32_t)r;
-    for (Py_ssize_t id = n_sym; id > 0; id--)
-        w_off[id] = w_off[id - 1];
-    w_off[0] = 0;
-    Py_ssize_t top = 0;
-    for (Py_ssize_t r = 0; r < n_rules; r++)
-        if (!missing[r])
-            work[top++] = lhs[r];
-    while (top) {
-        int32_t s = work[--top];
-        if (productive[s])
-            continue;
-        productive[s] = 1;
-        for (int32_t j = w_off[s]; j < w_off[s + 1]; j++)
-            if (!--missing[w_rule[j]])
-                work[top++] = lhs[w_rule[j]];
+        productive[id] = lex_k.a[id] >= 0 && live[lex_k.a[id]];
+    if (close_rules((int32_t)n_sym, (int32_t)n_rules, lhs, body_at, body_at + 1, body.a, productive, missing)) {
+        PyErr_NoMemory();
+        goto done;
     }
     if (!productive[start_id]) {
         result = Py_None;
@@ -4550,7 +4573,7 @@ rule_items(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t n_kept = 0;
-    if (lex_k[start_id] < 0)
+    if (lex_k.a[start_id] < 0)
         for (Py_ssize_t r = 0; r < n_rules; r++)
             if (!missing[r])
                 kept[n_kept++] = (int32_t)r;
@@ -4584,19 +4607,19 @@ rule_items(PyObject *self, PyObject *args)
         rules_of_n[rule_nt[r]]++;
         const int32_t a = rule_nt[r];
         if (r == 0) {   /* augmented -> start */
-            int32_t s = nt_of[start_id] >= 0 ? nt_of[start_id] : (int32_t)(n_nt + lex_k[start_id]);
+            int32_t s = nt_of[start_id] >= 0 ? nt_of[start_id] : (int32_t)(n_nt + lex_k.a[start_id]);
             next[at] = s;
             item_lhs[at] = a;
             item_rule[at++] = 0;
         } else {
             int32_t k = kept[r - 1];
             for (int32_t j = body_at[k]; j < body_at[k + 1]; j++) {
-                int32_t s = body[j];
-                if (nt_of[s] < 0 && lex_k[s] < 0) {
+                int32_t s = body.a[j];
+                if (nt_of[s] < 0 && lex_k.a[s] < 0) {
                     PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(names, s));
                     goto done;
                 }
-                next[at] = nt_of[s] >= 0 ? nt_of[s] : (int32_t)(n_nt + lex_k[s]);
+                next[at] = nt_of[s] >= 0 ? nt_of[s] : (int32_t)(n_nt + lex_k.a[s]);
                 item_lhs[at] = a;
                 item_rule[at++] = (int32_t)r;
             }
@@ -4677,12 +4700,9 @@ done:
     free(rhs_of);
     free(lhs);
     free(body_at);
-    free(body);
-    free(lex_k);
+    ivec_free(&body);
+    ivec_free(&lex_k);
     free(missing);
-    free(w_off);
-    free(w_rule);
-    free(work);
     free(nt_of);
     free(rule_nt);
     free(next);
@@ -4711,69 +4731,33 @@ nullable_symbols(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "iOOOO", &n_nt, &o_next, &o_lhs, &o_first, &o_lex))
         return NULL;
     Py_ssize_t n_items = 0, n_lhs = 0, n_rules = 0, n_lex = 0;
-    int32_t *next = NULL, *lhs_of = NULL, *firsts = NULL, *lex = NULL, *missing = NULL;
-    int32_t *w_off = NULL, *w_rule = NULL, *work = NULL;
+    int32_t *next = NULL, *lhs_of = NULL, *firsts = NULL, *lex = NULL, *missing = NULL, *ends = NULL, *rule_lhs = NULL;
     uint8_t *nullable = NULL;
     PyObject *result = NULL;
     if (!(next = int_array(o_next, &n_items, "item_next")) || !(lhs_of = int_array(o_lhs, &n_lhs, "item_lhs"))
         || !(firsts = int_array(o_first, &n_rules, "rule_first")) || !(lex = int_array(o_lex, &n_lex, "lexeme_nullable")))
         goto done;
     const Py_ssize_t n_sym = (Py_ssize_t)n_nt + n_lex;
-    if (n_nt < 0 || n_lhs != n_items || (n_items && next[n_items - 1] != END)) {
-        PyErr_SetString(PyExc_ValueError, "nullable_symbols: inconsistent tables");
+    if (check_items("nullable_symbols", n_nt, n_sym, next, lhs_of, n_items, n_lhs, firsts, n_rules))
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < n_items; i++)
-        if (next[i] < -1 || next[i] >= n_sym || lhs_of[i] < 0 || lhs_of[i] >= n_nt) {
-            PyErr_SetString(PyExc_ValueError, "nullable_symbols: a symbol out of range");
-            goto done;
-        }
-    for (Py_ssize_t r = 0; r < n_rules; r++)
-        if (firsts[r] < 0 || firsts[r] >= n_items) {
-            PyErr_SetString(PyExc_ValueError, "nullable_symbols: a rule out of range");
-            goto done;
-        }
     nullable = calloc((size_t)n_sym + 1, 1);
-    missing = calloc((size_t)n_rules + 1, sizeof(int32_t));
-    w_off = calloc((size_t)n_nt + 2, sizeof(int32_t));
-    w_rule = malloc(((size_t)n_items + 1) * sizeof(int32_t));
-    work = malloc(((size_t)n_rules + 1) * sizeof(int32_t));
-    if (!nullable || !missing || !w_off || !w_rule || !work) {
+    missing = malloc(((size_t)n_rules + 1) * sizeof(int32_t));
+    ends = malloc(((size_t)n_rules + 1) * sizeof(int32_t));
+    rule_lhs = malloc(((size_t)n_rules + 1) * sizeof(int32_t));
+    if (!nullable || !missing || !ends || !rule_lhs) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t k = 0; k < n_lex; k++)
         nullable[n_nt + k] = lex[k] != 0;
-    /* a rule waits on each occurrence of a nonterminal; a lexeme that is not nullable
-     * makes the rule never nullable (counted, never counted down) */
-    for (Py_ssize_t r = 0; r < n_rules; r++)
-        for (int32_t i = firsts[r]; next[i] != END; i++)
-            if (!nullable[next[i]]) {
-                missing[r]++;
-                if (next[i] < n_nt)
-                    w_off[next[i] + 1]++;
-            }
-    for (int32_t a = 0; a < n_nt; a++)
-        w_off[a + 1] += w_off[a];
-    for (Py_ssize_t r = 0; r < n_rules; r++)
-        for (int32_t i = firsts[r]; next[i] != END; i++)
-            if (!nullable[next[i]] && next[i] < n_nt)
-                w_rule[w_off[next[i]]++] = (int32_t)r;
-    for (int32_t a = n_nt; a > 0; a--)
-        w_off[a] = w_off[a - 1];
-    w_off[0] = 0;
-    Py_ssize_t top = 0;
-    for (Py_ssize_t r = 0; r < n_rules; r++)
-        if (!missing[r])
-            work[top++] = lhs_of[firsts[r]];
-    while (top) {
-        int32_t a = work[--top];
-        if (nullable[a])
-            continue;
-        nullable[a] = 1;
-        for (int32_t j = w_off[a]; j < w_off[a + 1]; j++)
-            if (!--missing[w_rule[j]])
-                work[top++] = lhs_of[firsts[w_rule[j]]];
+    for (Py_ssize_t r = 0; r < n_rules; r++) {   /* (the last item is END: checked) */
+        for (ends[r] = firsts[r]; next[ends[r]] != END; ends[r]++)
+            ;
+        rule_lhs[r] = lhs_of[firsts[r]];
+    }
+    if (close_rules((int32_t)n_sym, (int32_t)n_rules, rule_lhs, firsts, ends, next, nullable, missing)) {
+        PyErr_NoMemory();
+        goto done;
     }
     if (!(result = PyTuple_New(n_sym)))
         goto done;
@@ -4789,9 +4773,8 @@ done:
     PyMem_Free(lex);
     free(nullable);
     free(missing);
-    free(w_off);
-    free(w_rule);
-    free(work);
+    free(ends);
+    free(rule_lhs);
     return result;
 }
 
