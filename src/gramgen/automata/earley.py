@@ -209,15 +209,19 @@ class ParserTables:
         # bit b of lex_first_bytes[k][q] is set iff byte b keeps lexeme k alive from q
         self.lex_first_bytes = [d.first_bytes for d in lex_dfas]
         self._predictions: dict = {}
-        #: per lexeme, 32 bytes: the bits of :attr:`follow_bytes` (what the native tables read)
-        self.follow_blob: bytes | None = None
         # (the Python DFA pipeline may hand over views: C wants contiguous rows)
         contiguous = tuple(np.ascontiguousarray(d.transitions) for d in lex_dfas)
-        self.follow_lexemes = self._follow_lexemes(contiguous)
-        if self.follow_blob is not None:
+        # per lexeme, the lexemes that may follow it (:meth:`_follow_lexemes_py`) and the
+        # bytes that may, as ints and as 32 bytes each (what the native tables read); in C
+        # where the native recogniser is built, from the DFAs' start rows
+        if NATIVE:
+            self.follow_lexemes, self._follow_nonterminals, self.follow_blob = _earley.follow_sets(
+                N, self.item_next, self.item_lhs, self.rule_first, self.nullable,
+                [d.n_states > 0 for d in lex_dfas], self.is_ignore, contiguous)
             blob = self.follow_blob
             self.follow_bytes = [int.from_bytes(blob[32 * k: 32 * k + 32], "little") for k in range(len(lex_dfas))]
         else:
+            self.follow_lexemes = self._follow_lexemes_py()
             self.follow_bytes = self._follow_bytes()
             self.follow_blob = b"".join(f.to_bytes(32, "little") for f in self.follow_bytes)
         # Tuples, not lists, off the cyclic collector's lists from the start: every full
@@ -236,9 +240,8 @@ class ParserTables:
                 raise RuntimeError("gramgen's native recogniser (gramgen.automata._earley) is not built")
             self.native = _earley.Tables(
                 N, self.item_next, self.item_lhs, self.nullable, self.rules_of, contiguous,
-                tuple(np.ascontiguousarray(d.accepting) for d in lex_dfas), self.is_ignore, self.glued, self.accept_item,
-                self.follow_blob,
-                self.item_class, self.relevant_item)
+                tuple(np.ascontiguousarray(d.accepting) for d in lex_dfas), self.is_ignore, self.glued,
+                self.accept_item, self.follow_blob, self.item_class, self.relevant_item)
             # the hot entry points go straight to C (instance attributes shadow the methods)
             self.step = self.native.step
             self.allowed_bytes = self.native.allowed_bytes
@@ -260,29 +263,16 @@ class ParserTables:
             out.append(classes.setdefault(key, len(classes)))
         return out
 
-    def _follow_lexemes(self, tables: tuple | None = None) -> list[int]:
+    def _follow_lexemes_py(self) -> list[int]:
         """For each lexeme, the set (a bitmask over lexemes) of lexemes that can start right
-        where it ends.
+        where it ends (``_earley.follow_sets`` gives the same sets in C).
 
         A static over-approximation (FIRST/FOLLOW over the grammar; ignored lexemes may
         follow any lexeme and be followed by any), so a token that would end a lexeme and
         go on with something no follower can start is ruled out without the parser:
         ``abc`` cannot end NAME at ``a`` when NAME is never directly followed by a lexeme
         starting with a letter. See :attr:`follow_bytes` and ``automata.lexer_automaton``.
-        In C where the native recogniser is built (:meth:`_follow_lexemes_py` is the
-        reference: the same sets), which also unions the follow bytes (:attr:`follow_blob`)
-        from the first rows of ``tables``, the lexemes' DFA tables as contiguous arrays."""
-        if NATIVE:
-            if tables is None:
-                tables = tuple(np.ascontiguousarray(d.transitions) for d in self.lex_dfas)
-            per_lexeme, self._follow_nonterminals, self.follow_blob = _earley.follow_sets(
-                self.n_nonterminals, self.item_next, self.item_lhs, self.rule_first, self.nullable,
-                [d.n_states > 0 for d in self.lex_dfas], self.is_ignore, tables)
-            return per_lexeme
-        return self._follow_lexemes_py()
-
-    def _follow_lexemes_py(self) -> list[int]:
-        """:meth:`_follow_lexemes` in Python."""
+        """
         N = self.n_nonterminals
         n_lex = len(self.lex_dfas)
         n_sym = N + n_lex
@@ -328,7 +318,7 @@ class ParserTables:
 
     def _follow_bytes(self) -> list[int]:
         """For each lexeme, a bitmask of the bytes that can come right after it ends: the
-        first bytes of the lexemes that may follow it (see :meth:`_follow_lexemes`)."""
+        first bytes of the lexemes that may follow it (see :meth:`_follow_lexemes_py`)."""
         # (lexemes share their followers: each set once)
         memo: dict[int, int] = {}
         out = []
