@@ -1501,8 +1501,12 @@ class SchemaCompiler:
             if spelled is None:
                 return   # (the regex then: too many spellings to list)
             prefixes += [b'"' + s + b'"' for s in spelled]
-        any_key = seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)), self.layout.colon()])
-        self._without_prefixes[lexeme] = (self.lexemes[lexeme], any_key, tuple(prefixes))
+        self._without_prefixes[lexeme] = (self.lexemes[lexeme], self._any_key(), tuple(prefixes))
+
+    def _any_key(self) -> Regex:
+        """Any key and the separator after it: the keys of an object of any values, and
+        what a key other than some names is cut from."""
+        return seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)), self.layout.colon()])
 
     def _object_some_key(self, node: dict) -> list[str]:
         """``__some_key__`` (from negating propertyNames / additionalProperties /
@@ -1716,8 +1720,7 @@ class SchemaCompiler:
         self.rule(v, scalar)
         if self._too_deep():
             return [v]
-        key = self._piece(("any_key",), lambda: seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)),
-                                                     self.layout.colon()]), "KEY")
+        key = self._piece(("any_key",), self._any_key, "KEY")
         inner = self.child(True)
         for open_ch, close_ch in ("{}", "[]"):
             open_, lead, comma, close, close_empty = self.container(open_ch, close_ch)
