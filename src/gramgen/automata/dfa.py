@@ -548,6 +548,11 @@ def compile_lexemes(ir: GrammarIR, *, max_states: int = 10_000) -> tuple[Grammar
                             f"{', '.join(too_big)}")
 
 
+def _no_words() -> ByteDFA:
+    """The DFA of the empty language: no states."""
+    return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+
+
 def _from_recipe(ir: GrammarIR, name: str, recipe: tuple | None, max_states: int, dfas: dict) -> bool:
     """Build lexeme ``name`` as the words of another regex without some prefixes, as
     ``recipe`` (``ir.meta[WITHOUT_PREFIXES][name]``) says, into ``dfas``; False where there
@@ -592,7 +597,7 @@ def without_prefixes(dfa: ByteDFA, prefixes, max_states: int = 10_000) -> ByteDF
         if status == 1:
             raise CompileLimitError(f"DFA exceeds max_states={max_states}")
         if not n_states:
-            return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+            return _no_words()
         return _adopt_native(trans, sink_t, accepting, n_states, classes)
     return _without_prefixes_py(dfa, prefixes, max_states)
 
@@ -605,7 +610,7 @@ def _without_prefixes_py(dfa: ByteDFA, prefixes: list[bytes], max_states: int) -
     children = [{c: t for c, _, t in out} for out in trie.edges] or [{}]
     ends = list(trie.accepting) or [False]
     if not n or ends[0]:
-        return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+        return _no_words()
     table = dfa.transitions.tolist()
     # the trie nodes on live paths first (each with the one state its path reaches), then
     # the DFA's states
@@ -621,7 +626,7 @@ def _without_prefixes_py(dfa: ByteDFA, prefixes: list[bytes], max_states: int) -
     m = len(ids)
     if m + n > max_states:
         raise CompileLimitError(f"DFA exceeds max_states={max_states}")
-    trans = [[-1] * 256 for _ in range(m)] + [[q + m if q >= 0 else -1 for q in row] for row in table]
+    trans: list = [None] * m + [[q + m if q >= 0 else -1 for q in row] for row in table]   # (nodes below)
     accepting = [False] * m + [bool(a) for a in dfa.accepting]
     for t, i in ids.items():
         q = node_state[t]
@@ -632,7 +637,7 @@ def _without_prefixes_py(dfa: ByteDFA, prefixes: list[bytes], max_states: int) -
     trans, accepting = _renumber(trans, accepting)   # (what the start reaches)
     trans, accepting = _trim(trans, accepting)
     if not accepting:
-        return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+        return _no_words()
     trans, accepting = _minimize(trans, accepting)
     trans, accepting = _renumber(trans, accepting)
     return ByteDFA(np.array(trans, dtype=np.int32).reshape(-1, 256), np.array(accepting, bool))
@@ -652,7 +657,7 @@ def _compile_regex(rx: Regex, max_states: int, native: bool | None = None,
     trans, accepting = _determinize(nfa, final, class_of, max_states)
     trans, accepting = _trim(trans, accepting)
     if not accepting:
-        return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+        return _no_words()
     trans, accepting = _minimize(trans, accepting)
     trans, accepting = _renumber(trans, accepting)
     table = np.array(trans, dtype=np.int32).reshape(len(trans), len(classes))
@@ -682,7 +687,7 @@ def _native_dfa(rx: Regex, budget: int, max_states: int, program: _Program | Non
     if status == 6:
         raise CompileLimitError("regex is nested too deeply")
     if not n_states:
-        return ByteDFA(np.zeros((0, 256), np.int32), np.zeros(0, bool))
+        return _no_words()
     return _adopt_native(trans, sink, accepting, n_states, classes)
 
 
