@@ -1886,12 +1886,13 @@ literal_run(PyObject *self, PyObject *args)
     Encoder e;
     memset(&e, 0, sizeof(e));
     e.s_ranges = PyUnicode_InternFromString("ranges");
-    PyObject *s_item = PyUnicode_InternFromString("item"), *s_min = PyUnicode_InternFromString("min");
-    PyObject *s_max = PyUnicode_InternFromString("max");
+    e.s_item = PyUnicode_InternFromString("item");
+    e.s_min = PyUnicode_InternFromString("min");
+    e.s_max = PyUnicode_InternFromString("max");
     Vec data = {0};
     Py_ssize_t k = 0;
     PyObject *result = NULL;
-    if (!e.s_ranges || !s_item || !s_min || !s_max)
+    if (!e.s_ranges || !e.s_item || !e.s_min || !e.s_max)
         goto done;
     const Py_ssize_t n = PyTuple_GET_SIZE(items);
     for (; k < n; k++) {
@@ -1899,8 +1900,8 @@ literal_run(PyObject *self, PyObject *args)
         long times = 1;
         if (repeat_type && (PyObject *)Py_TYPE(item) == repeat_type) {
             /* a character repeated a fixed number of times (``ll`` merged into l{2}) */
-            PyObject *lo = PyObject_GetAttr(item, s_min), *hi = lo ? PyObject_GetAttr(item, s_max) : NULL;
-            PyObject *inner = hi ? PyObject_GetAttr(item, s_item) : NULL;
+            PyObject *lo = PyObject_GetAttr(item, e.s_min), *hi = lo ? PyObject_GetAttr(item, e.s_max) : NULL;
+            PyObject *inner = hi ? PyObject_GetAttr(item, e.s_item) : NULL;
             if (!inner) {
                 Py_XDECREF(lo);
                 Py_XDECREF(hi);
@@ -1953,9 +1954,9 @@ literal_run(PyObject *self, PyObject *args)
 done:
     free(data.v);
     Py_XDECREF(e.s_ranges);
-    Py_XDECREF(s_item);
-    Py_XDECREF(s_min);
-    Py_XDECREF(s_max);
+    Py_XDECREF(e.s_item);
+    Py_XDECREF(e.s_min);
+    Py_XDECREF(e.s_max);
     return result;
 }
 

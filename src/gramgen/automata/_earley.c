@@ -4065,8 +4065,10 @@ done:
 }
 
 /* follow_sets(n_nonterminals, item_next, item_lhs, rule_first, nullable, lexeme_live,
- * is_ignore) -> (per lexeme, per nonterminal): ParserTables._follow_lexemes_py's bit sets
- * over the lexemes (see there), found with C bit sets. */
+ * is_ignore[, dfa_tables]) -> (per lexeme, per nonterminal): ParserTables._follow_lexemes_py's
+ * bit sets over the lexemes (see there), found with C bit sets; given the lexemes' DFA
+ * tables, also the bytes that may follow each lexeme, 32 per lexeme (ParserTables.
+ * _follow_bytes as bits), as a third item. */
 static PyObject *
 follow_sets(PyObject *self, PyObject *args)
 {
