@@ -175,8 +175,7 @@ def fewest_bytes(rx: Regex, memo: dict | None = None) -> int:
     found = memo.get(id(rx))
     if found is not None:
         return found
-    cls = rx.__class__
-    if cls is CharRanges or isinstance(rx, CharRanges):
+    if isinstance(rx, CharRanges):
         lo = min((a for a, b in rx.ranges if a <= b), default=None)
         out = NEVER if lo is None else 1 if lo < 0x80 else 2 if lo < 0x800 else 3 if lo < 0x10000 else 4
     elif isinstance(rx, ByteRanges):
