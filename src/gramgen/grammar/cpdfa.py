@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._lru import SizedLRU
+from ._native import kernels
 from ..errors import CompileLimitError
 from .ir import (EMPTY, MAX_CODEPOINT, Alt, Automaton, ByteRanges, CharRanges, Regex, Repeat, Seq, frozen_key,
                  normalize_ranges)
@@ -438,7 +439,18 @@ def all_but(words) -> CodepointDFA:
     whose characters all are in ANY_CHAR, every node sending every other character to
     one accepting state that takes everything, every node accepting but the words' ends
     (what ``difference(ANY_CHAR*, words_dfa(words))`` recognizes, built in one pass).
-    Its ``excluded`` holds the words of the trie."""
+    Its ``excluded`` holds the words of the trie. In C where the grammar kernels are
+    built (an object's other keys: a tenth of a median schema's lowering in Python)."""
+    if kernels is None:
+        return _all_but_py(words)
+    made = kernels.all_but(tuple(words), SEVERAL_OF_ANY, _split_one_byte)
+    if made is None:
+        return CodepointDFA([[(lo, hi, 0) for lo, hi in ANY_CHAR]], [True], excluded=())
+    return CodepointDFA(*made)
+
+
+def _all_but_py(words) -> CodepointDFA:
+    """:func:`all_but` in Python (the reference: equal edges, groups and flags)."""
     kept = tuple(w for w in words if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in w))
     trie = words_dfa(kept)
     if not trie.n_states:
@@ -728,12 +740,25 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
         groups, parts = [], {}
         for s, out in enumerate(dfa.edges):
             _state_groups(s, out, parts, groups)
+    accepting = tuple(s for s, acc in enumerate(dfa.accepting) if acc)
+    if kernels is not None and groups.__class__ is list:
+        edges, n_states = kernels.automaton_edges(groups, dfa.n_states, _SHARE_FROM, CharRanges, EMPTY, labelled)
+    else:
+        edges, n_states = _automaton_edges_py(groups, dfa.n_states, labelled)
+    if dfa.n_states == 1 and not edges:
+        return EMPTY
+    return Automaton(n_states, 0, edges, accepting)
+
+
+def _automaton_edges_py(groups: list, n_states: int, labelled: Callable[[Ranges], Regex]) -> tuple[tuple, int]:
+    """The edges of :func:`to_automaton`'s automaton from the DFA's edge groups, and its
+    number of states (the DFA's and the shared ones); in Python (the reference of
+    ``_kernels.automaton_edges``)."""
     sources: dict[tuple[Ranges, int], int] = {}
     for _, t, _, _, several in groups:
         if several:
             sources[(several, t)] = sources.get((several, t), 0) + 1
     edges = []
-    n_states = dfa.n_states
     shared: dict[tuple[Ranges, int], int] = {}
     for s, t, ranges, one, several in groups:
         if not several:
@@ -750,10 +775,7 @@ def to_automaton(dfa: CodepointDFA, label: Callable[[Ranges], Regex]) -> Regex:
             n_states += 1
             edges.append((via, labelled(several), t))
         edges.append((s, EMPTY, via))
-    accepting = tuple(s for s, acc in enumerate(dfa.accepting) if acc)
-    if dfa.n_states == 1 and not edges:
-        return EMPTY
-    return Automaton(n_states, 0, tuple(edges), accepting)
+    return tuple(edges), n_states
 
 
 ANY_CHAR: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import GrammarError
+from ._native import kernels
 
 MAX_CODEPOINT = 0x10FFFF
 
@@ -253,6 +254,35 @@ def productive_rules(rules: list[Rule], terminals) -> tuple[set[str], list[bool]
             if not missing[i]:
                 found.append(rules[i].lhs)
     return productive, [not m for m in missing]
+
+
+def prune_rules(rules, lexemes: dict, start: str) -> tuple[tuple[Rule, ...], dict] | None:
+    """The rules that derive some finite string (:func:`productive_rules`) and that
+    ``start`` reaches through them, and the lexemes it reaches (order kept); None when
+    ``start`` derives no finite string. In C where the grammar kernels are built."""
+    if kernels is not None:
+        return kernels.prune(tuple(rules), lexemes, start)
+    return _prune_rules_py(rules, lexemes, start)
+
+
+def _prune_rules_py(rules, lexemes: dict, start: str) -> tuple[tuple[Rule, ...], dict] | None:
+    """:func:`prune_rules` in Python (the reference)."""
+    productive, kept = productive_rules(rules, lexemes)
+    if start not in productive:
+        return None
+    rules = [r for r, keep in zip(rules, kept) if keep]
+    by_lhs: dict[str, list[Rule]] = {}
+    for r in rules:
+        by_lhs.setdefault(r.lhs, []).append(r)
+    seen = {start}
+    todo = [start]
+    while todo:
+        for r in by_lhs.get(todo.pop(), []):
+            for s in r.rhs:
+                if s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+    return tuple(r for r in rules if r.lhs in seen), {k: v for k, v in lexemes.items() if k in seen}
 
 
 #: ``GrammarIR.meta`` key: chains of nonterminals ``(s_0, ..., s_n)`` that count (the blocks

@@ -30,7 +30,7 @@ import gramgen.grammar.json_schema.strings as strings
 
 from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
 from ..ir import (COUNTED_CHAINS, EMPTY, NOTHING, WITHOUT_PREFIXES, CharRanges, GrammarIR, Regex, Repeat, Rule,
-                  literal, productive_rules)
+                  literal, prune_rules)
 from ..simplify import alt, collapse_regular, seq
 from ..split import CountedRules
 from ..sources import read_schema
@@ -1960,25 +1960,12 @@ def _caller_stacklevel() -> int:
 
 def _prune_unproductive(ir: GrammarIR) -> GrammarIR:
     """Drop rules using nonterminals that derive no finite string (e.g. a required
-    recursive property): they would only slow the parser and leave dead ends."""
-    productive, kept = productive_rules(ir.rules, ir.lexemes)
-    if ir.start not in productive:
+    recursive property): they would only slow the parser and leave dead ends; and what
+    the start symbol no longer reaches."""
+    pruned = prune_rules(ir.rules, ir.lexemes, ir.start)
+    if pruned is None:
         raise SchemaError("the schema accepts no finite JSON value", "")
-    rules = [r for r, keep in zip(ir.rules, kept) if keep]
-    # keep only what the start symbol reaches
-    by_lhs: dict[str, list[Rule]] = {}
-    for r in rules:
-        by_lhs.setdefault(r.lhs, []).append(r)
-    seen = {ir.start}
-    todo = [ir.start]
-    while todo:
-        for r in by_lhs.get(todo.pop(), []):
-            for s in r.rhs:
-                if s not in seen:
-                    seen.add(s)
-                    todo.append(s)
-    rules = [r for r in rules if r.lhs in seen]
-    lexemes = {k: v for k, v in ir.lexemes.items() if k in seen}
+    rules, lexemes = pruned
     return GrammarIR(rules, lexemes, ir.start, ir.ignore, ir.source, ir.meta)
 
 
