@@ -119,3 +119,42 @@ def test_kernels_refuse_bad_input():
         kernels.all_but(("a", 1), cpdfa.SEVERAL_OF_ANY, cpdfa._split_one_byte)
     with pytest.raises(TypeError):
         kernels.automaton_edges([(0, 1)], 1, 4, cpdfa.CharRanges, ir.EMPTY, cpdfa.CharRanges)
+
+
+def _random_regex(rng: random.Random, depth: int = 0):
+    from gramgen.grammar.ir import NOTHING, Alt, ByteRanges, CharRanges, Repeat, Seq, char
+    from gramgen.grammar.simplify import _seq_py
+    pick = rng.random()
+    if depth > 2 or pick < 0.35:
+        return rng.choice([char("a"), char("a"), char("b"), CharRanges(((0x61, 0x62),)), CharRanges(()),
+                           ByteRanges(((0x80, 0x80),)), ByteRanges(())])
+    if pick < 0.55:
+        item = _random_regex(rng, depth + 1)
+        lo = rng.randint(0, 3)
+        return Repeat(item, lo, rng.choice([None, lo, lo + 2]))
+    if pick < 0.65:
+        return rng.choice([NOTHING, Alt((char("a"), char("b")))])
+    items = [_random_regex(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return _seq_py(items) if rng.random() < 0.5 else Seq(tuple(items))   # (flat, or made raw)
+
+
+def test_seq_equals_python():
+    """``seq`` in C gives the reference's node on random item lists: characters that
+    merge into repeats, bounded and unbounded repeats, empty classes and alternations
+    (the whole is nothing), sequences made by ``seq`` (flat) and made raw, generators."""
+    from gramgen.grammar.ir import NOTHING, Seq
+    from gramgen.grammar.simplify import _seq_py
+
+    rng = random.Random(6)
+    kinds = collections.Counter()
+    for _ in range(4000):
+        items = [_random_regex(rng) for _ in range(rng.randint(0, 6))]
+        want = _seq_py(items)
+        got = kernels.seq(iter(items) if rng.random() < 0.3 else items)
+        assert got.__class__ is want.__class__ and got == want, items
+        assert getattr(got, "_flat", False) == getattr(want, "_flat", False)
+        kinds["nothing" if want is NOTHING else "merged" if want.__class__ is Seq and len(want.items) < sum(
+            len(i.items) if i.__class__ is Seq else 1 for i in items) else want.__class__.__name__] += 1
+    assert kinds["nothing"] >= 100 and kinds["merged"] >= 100, kinds
+    with pytest.raises(TypeError):
+        kernels.seq(5)

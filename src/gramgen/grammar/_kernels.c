@@ -793,10 +793,251 @@ done:
     return result;
 }
 
+
+/* -------------------------------------------------------------------------- seq */
+
+/* the IR's classes, registered once by gramgen.grammar.simplify (register_ir) */
+static PyObject *SeqT, *CharRangesT, *ByteRangesT, *AltT, *RepeatT, *NOTHING_;
+static PyObject *str_items, *str_flat, *str_item, *str_min, *str_max;
+
+static PyObject *
+register_ir(PyObject *self, PyObject *args)
+{
+    PyObject *seq_t, *cr, *br, *alt_t, *rep, *nothing;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O", &PyType_Type, &seq_t, &PyType_Type, &cr, &PyType_Type, &br,
+                          &PyType_Type, &alt_t, &PyType_Type, &rep, &nothing))
+        return NULL;
+    Py_XSETREF(SeqT, Py_NewRef(seq_t));
+    Py_XSETREF(CharRangesT, Py_NewRef(cr));
+    Py_XSETREF(ByteRangesT, Py_NewRef(br));
+    Py_XSETREF(AltT, Py_NewRef(alt_t));
+    Py_XSETREF(RepeatT, Py_NewRef(rep));
+    Py_XSETREF(NOTHING_, Py_NewRef(nothing));
+    Py_RETURN_NONE;
+}
+
+/* simplify.is_nothing: an empty class or an empty alternation; -1 on error */
+static int
+is_nothing(PyObject *rx)
+{
+    PyObject *field;
+    if (PyObject_TypeCheck(rx, (PyTypeObject *)CharRangesT) || PyObject_TypeCheck(rx, (PyTypeObject *)ByteRangesT))
+        field = PyObject_GetAttr(rx, str_ranges);
+    else if (PyObject_TypeCheck(rx, (PyTypeObject *)AltT))
+        field = PyObject_GetAttr(rx, str_items);
+    else
+        return 0;
+    if (!field)
+        return -1;
+    int full = PyObject_IsTrue(field);
+    Py_DECREF(field);
+    return full < 0 ? -1 : !full;
+}
+
+/* simplify._merge_repeats: x y as one Repeat when both repeat the same regex; a new
+   reference, Py_None when they do not, NULL on error */
+static PyObject *
+merge_repeats(PyObject *x, PyObject *y)
+{
+    PyObject *xi, *xmin, *xmax, *yi, *ymin, *ymax, *result = NULL;
+    PyObject *one = PyLong_FromLong(1);
+    if (!one)
+        return NULL;
+    if (Py_TYPE(x) == (PyTypeObject *)RepeatT) {
+        xi = PyObject_GetAttr(x, str_item), xmin = PyObject_GetAttr(x, str_min), xmax = PyObject_GetAttr(x, str_max);
+    } else
+        xi = Py_NewRef(x), xmin = Py_NewRef(one), xmax = Py_NewRef(one);
+    if (Py_TYPE(y) == (PyTypeObject *)RepeatT) {
+        yi = PyObject_GetAttr(y, str_item), ymin = PyObject_GetAttr(y, str_min), ymax = PyObject_GetAttr(y, str_max);
+    } else
+        yi = Py_NewRef(y), ymin = Py_NewRef(one), ymax = Py_NewRef(one);
+    Py_DECREF(one);
+    if (!xi || !xmin || !xmax || !yi || !ymin || !ymax)
+        goto out;
+    if (xi != yi) {
+        int differ = Py_TYPE(xi) != Py_TYPE(yi) ? 1 : PyObject_RichCompareBool(xi, yi, Py_NE);
+        if (differ < 0)
+            goto out;
+        if (differ) {
+            result = Py_NewRef(Py_None);
+            goto out;
+        }
+    }
+    PyObject *lo = PyNumber_Add(xmin, ymin);
+    PyObject *hi = xmax == Py_None || ymax == Py_None ? Py_NewRef(Py_None) : PyNumber_Add(xmax, ymax);
+    if (lo && hi)
+        result = PyObject_CallFunctionObjArgs(RepeatT, xi, lo, hi, NULL);
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+out:
+    Py_XDECREF(xi);
+    Py_XDECREF(xmin);
+    Py_XDECREF(xmax);
+    Py_XDECREF(yi);
+    Py_XDECREF(ymin);
+    Py_XDECREF(ymax);
+    return result;
+}
+
+/* out[-1] merged with sub where they merge: 1 done, 0 not merged, -1 error */
+static int
+merge_last(PyObject *out, PyObject *sub)
+{
+    Py_ssize_t last = PyList_GET_SIZE(out) - 1;
+    PyObject *merged = merge_repeats(PyList_GET_ITEM(out, last), sub);
+    if (!merged)
+        return -1;
+    if (merged == Py_None) {
+        Py_DECREF(merged);
+        return 0;
+    }
+    return PyList_SetItem(out, last, merged) < 0 ? -1 : 1;   /* (steals merged) */
+}
+
+/* seq(items): simplify.seq (see there), the same nodes made in the same order */
+static PyObject *
+seq(PyObject *self, PyObject *arg)
+{
+    if (!SeqT) {
+        PyErr_SetString(PyExc_RuntimeError, "seq: the IR classes are not registered");
+        return NULL;
+    }
+    PyObject *items = PySequence_Fast(arg, "seq: expected an iterable of regexes");
+    if (!items)
+        return NULL;
+    PyObject *out = PyList_New(0), *result = NULL;
+    if (!out)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
+        PyObject *it = PySequence_Fast_GET_ITEM(items, i);
+        PyObject *subs, *rest = NULL;
+        if (PyObject_TypeCheck(it, (PyTypeObject *)SeqT)) {
+            subs = PyObject_GetAttr(it, str_items);
+            if (!subs)
+                goto done;
+            if (!PyTuple_Check(subs)) {
+                PyObject *as_tuple = PySequence_Tuple(subs);
+                Py_DECREF(subs);
+                if (!(subs = as_tuple))
+                    goto done;
+            }
+            PyObject *flat = PyObject_GetAttr(it, str_flat);
+            int is_flat = 0;
+            if (flat) {
+                is_flat = PyObject_IsTrue(flat);
+                Py_DECREF(flat);
+                if (is_flat < 0) {
+                    Py_DECREF(subs);
+                    goto done;
+                }
+            } else if (PyErr_ExceptionMatches(PyExc_AttributeError))
+                PyErr_Clear();
+            else {
+                Py_DECREF(subs);
+                goto done;
+            }
+            if (is_flat) {
+                /* made by seq: only its first item may merge with what came before */
+                if (!PyList_GET_SIZE(out)) {
+                    int bad = PyList_SetSlice(out, 0, 0, subs) < 0;
+                    Py_DECREF(subs);
+                    if (bad)
+                        goto done;
+                    continue;
+                }
+                rest = PyTuple_GetSlice(subs, 1, PyTuple_GET_SIZE(subs));
+                PyObject *first = PyTuple_GetSlice(subs, 0, 1);
+                Py_DECREF(subs);
+                subs = first;
+                if (!rest || !subs) {
+                    Py_XDECREF(rest);
+                    Py_XDECREF(subs);
+                    goto done;
+                }
+            }
+        } else if (!(subs = PyTuple_Pack(1, it)))
+            goto done;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(subs); j++) {
+            PyObject *sub = PyTuple_GET_ITEM(subs, j);
+            PyTypeObject *cls = Py_TYPE(sub);
+            Py_ssize_t n_out = PyList_GET_SIZE(out);
+            int status = 0;   /* 1: merged, 2: the whole is nothing, -1: error */
+            if (cls == (PyTypeObject *)CharRangesT || cls == (PyTypeObject *)ByteRangesT) {
+                PyObject *ranges = PyObject_GetAttr(sub, str_ranges);
+                int full = ranges ? PyObject_IsTrue(ranges) : -1;
+                if (full < 0)
+                    status = -1;
+                else if (!full)
+                    status = 2;
+                else if (n_out) {
+                    PyObject *prev = PyList_GET_ITEM(out, n_out - 1);
+                    int mergeable = Py_TYPE(prev) == (PyTypeObject *)RepeatT;
+                    if (!mergeable && Py_TYPE(prev) == cls) {
+                        PyObject *pr = PyObject_GetAttr(prev, str_ranges);
+                        mergeable = pr ? PyObject_RichCompareBool(pr, ranges, Py_EQ) : -1;
+                        Py_XDECREF(pr);
+                    }
+                    status = mergeable < 0 ? -1 : mergeable ? merge_last(out, sub) : 0;
+                }
+                Py_XDECREF(ranges);
+            } else {
+                int nothing = is_nothing(sub);
+                if (nothing)
+                    status = nothing < 0 ? -1 : 2;
+                else if (n_out) {
+                    PyObject *prev = PyList_GET_ITEM(out, n_out - 1);
+                    int mergeable = cls == (PyTypeObject *)RepeatT || Py_TYPE(prev) == (PyTypeObject *)RepeatT;
+                    if (!mergeable && Py_TYPE(prev) == cls)
+                        mergeable = PyObject_RichCompareBool(sub, prev, Py_EQ);
+                    status = mergeable < 0 ? -1 : mergeable ? merge_last(out, sub) : 0;
+                }
+            }
+            if (status < 0 || status == 2) {
+                Py_DECREF(subs);
+                Py_XDECREF(rest);
+                if (status == 2)
+                    result = Py_NewRef(NOTHING_);
+                goto done;
+            }
+            if (status == 0 && PyList_Append(out, sub) < 0) {
+                Py_DECREF(subs);
+                Py_XDECREF(rest);
+                goto done;
+            }
+        }
+        Py_DECREF(subs);
+        if (rest) {
+            Py_ssize_t end = PyList_GET_SIZE(out);
+            int bad = PyList_SetSlice(out, end, end, rest) < 0;
+            Py_DECREF(rest);
+            if (bad)
+                goto done;
+        }
+    }
+    if (PyList_GET_SIZE(out) == 1) {
+        result = Py_NewRef(PyList_GET_ITEM(out, 0));
+        goto done;
+    }
+    PyObject *tuple = PyList_AsTuple(out);
+    if (!tuple)
+        goto done;
+    PyObject *made = PyObject_CallOneArg(SeqT, tuple);
+    Py_DECREF(tuple);
+    if (made && PyObject_GenericSetAttr(made, str_flat, Py_True) < 0)
+        Py_CLEAR(made);
+    result = made;
+done:
+    Py_DECREF(items);
+    Py_XDECREF(out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"prune", prune, METH_VARARGS, "The rules and lexemes of a grammar that derive and are reached."},
     {"all_but", all_but, METH_VARARGS, "The code-point DFA of every string but some words (its parts)."},
     {"automaton_edges", automaton_edges, METH_VARARGS, "An IR automaton's edges from a DFA's edge groups."},
+    {"register_ir", register_ir, METH_VARARGS, "Register the IR classes seq makes and reads."},
+    {"seq", seq, METH_O, "Concatenation, flattened, adjacent repeats merged (simplify.seq)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -808,7 +1049,12 @@ PyInit__kernels(void)
     str_lhs = PyUnicode_InternFromString("lhs");
     str_rhs = PyUnicode_InternFromString("rhs");
     str_ranges = PyUnicode_InternFromString("ranges");
-    if (!str_lhs || !str_rhs || !str_ranges)
+    str_items = PyUnicode_InternFromString("items");
+    str_flat = PyUnicode_InternFromString("_flat");
+    str_item = PyUnicode_InternFromString("item");
+    str_min = PyUnicode_InternFromString("min");
+    str_max = PyUnicode_InternFromString("max");
+    if (!str_lhs || !str_rhs || !str_ranges || !str_items || !str_flat || !str_item || !str_min || !str_max)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -17,6 +17,10 @@ from collections.abc import Iterable
 
 from .ir import (EMPTY, NOTHING, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex, Repeat, Rule,
                  Seq, normalize_ranges)
+from ._native import kernels
+
+if kernels is not None:
+    kernels.register_ir(Seq, CharRanges, ByteRanges, Alt, Repeat, NOTHING)
 
 __all__ = ["collapse_regular", "split_nullable_lexemes", "nullable", "fewest_bytes", "without_empty",
            "regex_size", "seq", "alt", "is_nothing"]
@@ -61,8 +65,17 @@ def seq(items: Iterable[Regex]) -> Regex:
     """Concatenation, flattened, with adjacent repeats of one regex merged.
 
     Merging keeps the regexes of bounded repetitions (``x{0,n}`` lowered to a chain of
-    rules) shallow: ``x x{0,2}`` becomes ``x{1,3}`` instead of a nested tree.
+    rules) shallow: ``x x{0,2}`` becomes ``x{1,3}`` instead of a nested tree. In C where
+    the grammar kernels are built (a schema's literals and keys: a tenth of its
+    lowering in Python).
     """
+    if kernels is not None:
+        return kernels.seq(items)
+    return _seq_py(items)
+
+
+def _seq_py(items: Iterable[Regex]) -> Regex:
+    """:func:`seq` in Python (the reference: the same nodes)."""
     out: list[Regex] = []
     for it in items:
         rest = ()
