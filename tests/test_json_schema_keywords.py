@@ -208,3 +208,41 @@ def test_strict_must_be_a_bool(value):
     """strict='yes' was taken as true without a word."""
     with pytest.raises(gramgen.ConfigurationError, match="strict"):
         gramgen.Grammar.from_json_schema({"type": "object"}, strict=value)
+
+
+def test_suggestion_is_difflibs_closest_keyword():
+    """``keywords.suggestion`` filters the keywords by difflib's own bounds before its
+    ratio: it names what ``difflib.get_close_matches(word, KEYWORDS, n=1, cutoff=0.75)``
+    names (else the keyword equal but for case), on keywords with typos, case changes and
+    foreign characters."""
+    import difflib
+    import random
+
+    from gramgen.grammar.json_schema import keywords
+
+    def reference(word: str) -> str:
+        close = difflib.get_close_matches(word, keywords.KEYWORDS, n=1, cutoff=0.75)
+        if not close:
+            lower = {k.lower(): k for k in keywords.KEYWORDS}
+            close = [lower[word.lower()]] if word.lower() in lower else []
+        return f" (did you mean {close[0]!r}?)" if close else ""
+
+    rng = random.Random(7)
+    names = list(keywords.KEYWORDS)
+    named = 0
+    for _ in range(3000):
+        word = list(rng.choice(names))
+        for _ in range(rng.randint(0, 4)):
+            at = rng.randrange(len(word) + 1)
+            pick = rng.random()
+            if pick < 0.3 and word:
+                del word[min(at, len(word) - 1)]
+            elif pick < 0.6:
+                word.insert(at, rng.choice("abcdeIL$xy-é"))
+            elif word:
+                word[min(at, len(word) - 1)] = word[min(at, len(word) - 1)].upper()
+        text = "".join(word)
+        got = keywords.suggestion.__wrapped__(text)
+        assert got == reference(text), text
+        named += bool(got)
+    assert 1000 <= named < 3000
