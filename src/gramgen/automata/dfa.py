@@ -301,11 +301,14 @@ def clear_cache() -> None:
 #: registered once per layout from fixed schemas (``runtime.json_standard``), never from a
 #: user's grammar; :func:`clear_cache` and ``gramgen._lru.clear_all`` leave them
 _standard: dict[tuple, ByteDFA] = {}
-#: most standard DFAs kept, and the most states of one (the larger ones, strings near a
-#: long ``maxLength``, would hold ~18 MB per layout for lexemes that a user's schema rarely
-#: repeats exactly; at most this size a layout's ~50 hold ~6 MB)
+#: most standard DFAs kept, and the most states of one. At most this size a layout's ~40
+#: hold ~6 MB (with the llama3 vocabulary's classes of a layout, ~16 MB): the two largest (~900 states, 1.8 MB each with their sink tables) are the
+#: 64-character block of a long string's count and the rest of its last block, which every
+#: string with a long ``maxLength`` repeats exactly (built, they cost ~0.6 ms each a
+#: schema). Larger ones (a whole string of 256 characters, 3,600 states) would add ~7 MB
+#: each for lexemes that a user's schema rarely repeats exactly.
 MAX_STANDARD = 512
-MAX_STANDARD_STATES = 256
+MAX_STANDARD_STATES = 1024
 
 
 def keep_standard(ir: GrammarIR, dfas: dict[str, ByteDFA], max_states: int) -> None:
