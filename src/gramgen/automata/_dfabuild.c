@@ -842,7 +842,7 @@ csr_offsets(const Vec *from, int32_t n)
 
 /* The minimal DFA in `b` (over the classes of `class_of`) as compile_program returns it:
  * (OK, table over bytes with -1 for no transition, the same with an explicit sink state n
- * in place of -1 and a last row of sinks, accepting flags, n, classes) */
+ * in place of -1 and a last row of sinks, accepting flags with the sink's (0) last, n, classes) */
 static PyObject *
 dfa_result(const Build *b, const int32_t *class_of)
 {
@@ -850,9 +850,10 @@ dfa_result(const Build *b, const int32_t *class_of)
     const int32_t n = b->n_dfa, k = b->nfa.n_classes;
     PyObject *tr = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 256 * 4);
     PyObject *sink = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)n + 1) * 256 * 4);
-    PyObject *acc = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+    PyObject *acc = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n + 1);
     PyObject *classes = PyBytes_FromStringAndSize(NULL, 256);
     if (tr && sink && acc && classes) {
+        PyBytes_AS_STRING(acc)[n] = 0;   /* (the sink's) */
         char *out_classes = PyBytes_AS_STRING(classes);
         for (int x = 0; x < 256; x++)
             out_classes[x] = (char)class_of[x];
@@ -1021,11 +1022,12 @@ with_prefix(PyObject *self, PyObject *args)
     const Py_ssize_t total = m + n;
     PyObject *tr = PyBytes_FromStringAndSize(NULL, total * 256 * 4);
     PyObject *sink = PyBytes_FromStringAndSize(NULL, (total + 1) * 256 * 4);
-    PyObject *acc = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *acc = PyBytes_FromStringAndSize(NULL, total + 1);
     PyObject *classes = PyBytes_FromStringAndSize(NULL, 256);
     if (tr && sink && acc && classes) {
         int32_t *out = (int32_t *)PyBytes_AS_STRING(tr), *out_sink = (int32_t *)PyBytes_AS_STRING(sink);
         char *out_acc = PyBytes_AS_STRING(acc);
+        out_acc[total] = 0;   /* (the sink's) */
         for (Py_ssize_t i = 0; i < m; i++) {
             for (int x = 0; x < 256; x++) {
                 out[i * 256 + x] = -1;
@@ -2402,7 +2404,7 @@ static PyMethodDef methods[] = {
      "compile_program(program, root, nfa_budget, max_states, work_budget) -> (status, transitions,"
      " sink_transitions, accepting, n): the minimal trimmed DFA, numbered breadth-first, as bytes:"
      " int32 rows of 256 (-1: none), the same with a sink state n for -1 plus its row, and one byte"
-     " per state for acceptance; status 1: more than"
+     " per state for acceptance, the sink's (0) last; status 1: more than"
      " max_states, 2: work budget exceeded, 5: more than nfa_budget NFA states, 6: nested too deeply"
      " (then the other items are None)."},
     {NULL, NULL, 0, NULL},

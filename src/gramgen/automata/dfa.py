@@ -695,15 +695,16 @@ def _native_dfa(rx: Regex, budget: int, max_states: int, program: _Program | Non
 
 
 def _adopt_native(trans: bytes, sink: bytes, accepting: bytes, n_states: int, classes: bytes | None) -> ByteDFA:
-    """A DFA over the bytes that ``_dfabuild`` made (table, sink table, accepting flags,
-    byte classes or None), as read-only views: nothing is copied again."""
-    table = np.frombuffer(trans, dtype=np.int32).reshape(n_states, 256)
-    acc = np.frombuffer(accepting, dtype=bool)
-    sink_acc = np.zeros(n_states + 1, dtype=bool)
-    sink_acc[:n_states] = acc
-    sink_acc.flags.writeable = False
-    return ByteDFA._adopt(table, acc, (np.frombuffer(sink, dtype=np.int32).reshape(n_states + 1, 256), sink_acc),
-                          None if classes is None else np.frombuffer(classes, dtype=np.uint8))
+    """A DFA over the bytes that ``_dfabuild`` made (table, sink table, accepting flags with
+    the sink's last, byte classes or None), as read-only views: nothing is copied again
+    (arrays made straight over the bytes: this ran for every lexeme of a compile)."""
+    sink_acc = np.ndarray((n_states + 1,), _BOOL, accepting)
+    return ByteDFA._adopt(np.ndarray((n_states, 256), _INT32, trans), sink_acc[:n_states],
+                          (np.ndarray((n_states + 1, 256), _INT32, sink), sink_acc),
+                          None if classes is None else np.ndarray((256,), _UINT8, classes))
+
+
+_INT32, _BOOL, _UINT8 = np.dtype(np.int32), np.dtype(bool), np.dtype(np.uint8)
 
 
 def canonical_form(table: np.ndarray, acc: np.ndarray, state: int, max_states: int) -> bytes | None:
