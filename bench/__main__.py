@@ -194,7 +194,7 @@ def _walk(adapter, compiled, ids: list[int], budget_s: float | None = None, time
 def worker_main() -> None:
     """One (library, tokenizer) job: prepare the vocabulary once, then compile and walk
     every case, reporting events as JSON lines so the parent can enforce time limits."""
-    job = json.load(sys.stdin)
+    job = json.loads(sys.stdin.readline())
     # Results go to a private copy of stdout; anything a library prints goes to stderr.
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -203,6 +203,16 @@ def worker_main() -> None:
     def emit(**kw):
         out.write(json.dumps(kw) + "\n")
         out.flush()
+
+    def turn():
+        """With libraries taking turns (``job["turns"]``): ask the parent for the turn and
+        wait for it (a line on stdin); returns the function that hands it back."""
+        if not job.get("turns"):
+            return lambda: None
+        emit(event="turn")
+        if not sys.stdin.readline():
+            raise SystemExit("the parent closed the turn channel")
+        return lambda: emit(event="turn_done")
 
     sys.path.insert(0, str(REPO / "src"))
     from .adapters import CompileFailed, NotApplicable, make_adapter
@@ -219,6 +229,7 @@ def worker_main() -> None:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(job["tokenizer_path"])
+        done_turn = turn()
         emit(event="phase", phase="prepare")
         t0 = time.perf_counter()
         try:
@@ -226,6 +237,8 @@ def worker_main() -> None:
         except NotApplicable as e:
             emit(event="missing", reason=str(e))
             return
+        finally:
+            done_turn()
         emit(event="prepare", seconds=time.perf_counter() - t0, vocab_size=adapter.vocab_size)
         # What the harness itself loaded (transformers, torch, the tokenizer, the library's
         # vocabulary tables) goes to the permanent generation, as a serving process does
@@ -360,16 +373,20 @@ def worker_main() -> None:
     fork = job.get("fork", False) and hasattr(os, "fork") and hasattr(os, "pidfd_open")
     probes: list = []
     for case in job["cases"]:
+        done_turn = turn()
         emit(event="phase", phase="case", case=case["key"])
         if fork and not case.get("reps") and job.get("case_limit_s"):
             run_case_forked(case, case_limit(job, case))
         else:
             run_case(case, probes)
+        done_turn()
+    done_turn = turn()
     for key, choice, first_s in probes:
         try:
             probe_compile_memory(key, choice, first_s)
         except Exception:  # noqa: BLE001 - the case compiled before; no memory figure for it
             pass
+    done_turn()
     emit(event="done")
 
 
@@ -416,9 +433,69 @@ def _spawn(job: dict, stderr_file):
         q.put(None)
 
     threading.Thread(target=reader, daemon=True).start()
-    proc.stdin.write(json.dumps(job))
-    proc.stdin.close()
+    proc.stdin.write(json.dumps(job) + "\n")
+    proc.stdin.flush()
+    if not job.get("turns"):
+        proc.stdin.close()
     return proc, q
+
+
+class Turns:
+    """The libraries' workers of one tokenizer take turns: one at a time prepares, runs a
+    case or probes memory, round the table in a fixed order (``names``), so with two
+    libraries each case of one runs right after the same case of the other. A change in the
+    machine's speed during a run then moves both alike, where running one library's cases
+    all before the other's put a slow spell in one library's figures only (the compile
+    ratio of one commit moved by 0.6 between runs 16 minutes apart). A library whose job
+    has ended leaves the table (:meth:`Seat.leave`); a worker that restarts keeps its seat."""
+
+    def __init__(self, names: list[str]):
+        self._cond = threading.Condition()
+        self._order = list(names)
+        self._seated = set(names)
+        self._at = 0          # (whose turn is next)
+        self._holder = None   # (who has it now)
+
+    def seat(self, name: str) -> "Turns.Seat":
+        return Turns.Seat(self, name)
+
+    def _advance(self) -> None:
+        for step in range(1, len(self._order) + 1):
+            nxt = (self._at + step) % len(self._order)
+            if self._order[nxt] in self._seated:
+                self._at = nxt
+                return
+
+    class Seat:
+        """One library's place at the table."""
+
+        def __init__(self, turns: "Turns", name: str):
+            self.turns, self.name = turns, name
+
+        def acquire(self) -> None:
+            t = self.turns
+            with t._cond:
+                while t._holder is not None or t._order[t._at] != self.name:
+                    t._cond.wait()
+                t._holder = self.name
+
+        def release(self) -> None:
+            t = self.turns
+            with t._cond:
+                if t._holder == self.name:
+                    t._holder = None
+                    t._advance()
+                    t._cond.notify_all()
+
+        def leave(self) -> None:
+            t = self.turns
+            with t._cond:
+                if t._holder == self.name:
+                    t._holder = None
+                t._seated.discard(self.name)
+                if t._order[t._at] == self.name:
+                    t._advance()
+                t._cond.notify_all()
 
 
 def _kill(proc) -> None:
@@ -436,9 +513,20 @@ def _new_case(c: dict) -> dict:
             "timeouts": {"compile": 0, "text": 0, "case": 0}}
 
 
-def run_job(job: dict, limits: Limits, log) -> dict:
+def run_job(job: dict, limits: Limits, log, turns: "Turns.Seat | None" = None) -> dict:
     """Run one (library, tokenizer) job over all its cases in worker subprocesses, killing a
-    worker at a phase/case/job time limit and resuming after what it was doing."""
+    worker at a phase/case/job time limit and resuming after what it was doing. ``turns``:
+    this library's seat at a table shared with the jobs of the other libraries, which take
+    turns with this one (the worker waits for its turn before preparing, before each case
+    and before its memory probes; see :class:`Turns`)."""
+    try:
+        return _run_job(job, limits, log, turns)
+    finally:
+        if turns is not None:
+            turns.leave()
+
+
+def _run_job(job: dict, limits: Limits, log, turns: "Turns.Seat | None") -> dict:
     res: dict = {
         "lib": job["lib"], "tokenizer": job["tokenizer"], "status": "ok", "reason": "",
         "timeouts": {"prepare": 0, "job": 0}, "restarts": 0,
@@ -473,145 +561,168 @@ def run_job(job: dict, limits: Limits, log) -> dict:
             probed = None   # the case whose memory probe runs (phase "memory")
             phase_deadline = time.monotonic() + limits.prepare
             case_deadline = float("inf")
-            while True:
-                deadline = min(phase_deadline, case_deadline, job_deadline)
-                try:
-                    line = q.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    _kill(proc)
-                    killed = True
-                    if deadline == job_deadline:
-                        res["timeouts"]["job"] += 1
-                        res["status"], res["reason"] = "timeout", "job time limit"
-                        for k in by_key:
-                            if k not in finished and cases[k]["status"] == "not_run":
-                                cases[k]["reason"] = "job time limit reached before this case"
-                        if cur_case:
-                            cases[cur_case]["status"] = "timeout"
-                            cases[cur_case]["reason"] = "job time limit"
-                        log("      timeout: job time limit")
-                        return res
-                    if phase == "memory":  # (no memory figure; the cases left go on in a new worker)
-                        log(f"      timeout in the memory probe of {probed}")
-                        break
-                    if phase == "prepare":
-                        res["timeouts"]["prepare"] += 1
-                        res["status"], res["reason"] = "timeout", "tokenizer preprocessing time limit"
-                        log("      timeout in tokenizer preprocessing")
-                        return res
-                    c = cases[cur_case]
-                    if deadline == case_deadline:
-                        c["timeouts"]["case"] += 1
-                        c["status"], c["reason"] = "timeout", f"case time limit ({limits.case:.0f} s)"
-                        finished.add(cur_case)
-                    elif phase == "compile":
-                        c["timeouts"]["compile"] += 1
-                        if not c["compile"]["seconds"]:
-                            c["status"], c["reason"] = "timeout", f"compile time limit ({limits.compile:.0f} s)"
-                        finished.add(cur_case)
-                    else:  # text
-                        c["timeouts"]["text"] += 1
-                        c["texts"].append({"id": cur_text, "timeout": True, "accepted": False,
-                                           "expect": _expect(by_key[cur_case], cur_text)})
-                        done_texts[cur_case].add(cur_text)
-                    log(f"      timeout in {phase} ({cur_case}{' / ' + cur_text if cur_text else ''})")
-                    break
-                if line is None:  # worker exited without "done"
-                    proc.wait()
-                    errf.seek(0)
-                    tail = errf.read()[-2000:]
-                    if res["status"] in ("missing", "error"):
-                        return res
-                    if phase == "memory":
-                        log(f"      worker died in the memory probe of {probed}: exit code {proc.returncode}")
+            holding = False   # (this worker has the turn)
+            try:
+                while True:
+                    deadline = min(phase_deadline, case_deadline, job_deadline)
+                    try:
+                        line = q.get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        _kill(proc)
                         killed = True
+                        if deadline == job_deadline:
+                            res["timeouts"]["job"] += 1
+                            res["status"], res["reason"] = "timeout", "job time limit"
+                            for k in by_key:
+                                if k not in finished and cases[k]["status"] == "not_run":
+                                    cases[k]["reason"] = "job time limit reached before this case"
+                            if cur_case:
+                                cases[cur_case]["status"] = "timeout"
+                                cases[cur_case]["reason"] = "job time limit"
+                            log("      timeout: job time limit")
+                            return res
+                        if phase == "memory":  # (no memory figure; the cases left go on in a new worker)
+                            log(f"      timeout in the memory probe of {probed}")
+                            break
+                        if phase == "prepare":
+                            res["timeouts"]["prepare"] += 1
+                            res["status"], res["reason"] = "timeout", "tokenizer preprocessing time limit"
+                            log("      timeout in tokenizer preprocessing")
+                            return res
+                        c = cases[cur_case]
+                        if deadline == case_deadline:
+                            c["timeouts"]["case"] += 1
+                            c["status"], c["reason"] = "timeout", f"case time limit ({limits.case:.0f} s)"
+                            finished.add(cur_case)
+                        elif phase == "compile":
+                            c["timeouts"]["compile"] += 1
+                            if not c["compile"]["seconds"]:
+                                c["status"], c["reason"] = "timeout", f"compile time limit ({limits.compile:.0f} s)"
+                            finished.add(cur_case)
+                        else:  # text
+                            c["timeouts"]["text"] += 1
+                            c["texts"].append({"id": cur_text, "timeout": True, "accepted": False,
+                                               "expect": _expect(by_key[cur_case], cur_text)})
+                            done_texts[cur_case].add(cur_text)
+                        log(f"      timeout in {phase} ({cur_case}{' / ' + cur_text if cur_text else ''})")
                         break
-                    if cur_case is None:
-                        res["status"] = "error"
-                        res["reason"] = f"worker exited with code {proc.returncode}"
-                        res["stderr_tail"] = tail
-                        return res
-                    c = cases[cur_case]
-                    c["status"] = "error"
-                    c["reason"] = f"worker died (exit code {proc.returncode}) in {phase}"
-                    c["stderr_tail"] = tail
-                    finished.add(cur_case)
-                    killed = True
-                    log(f"      worker died in {cur_case}: exit code {proc.returncode}")
-                    break
-                ev = json.loads(line)
-                kind = ev.pop("event")
-                key = ev.pop("case", None)
-                c = cases.get(key) if key else None
-                if kind == "phase":
-                    phase = ev["phase"]
-                    if phase == "case":
-                        cur_case, cur_text = key, None
-                        multi = not by_key[key].get("reps")
-                        # the worker enforces the case limit itself (forked case); this is the backstop
-                        backstop = case_limit(sub, sub_case(sub, key)) + 30
-                        case_deadline = time.monotonic() + backstop if multi else float("inf")
-                        phase_deadline = float("inf")
-                    else:
-                        cur_text = ev.get("id")
+                    if line is None:  # worker exited without "done"
+                        proc.wait()
+                        errf.seek(0)
+                        tail = errf.read()[-2000:]
+                        if res["status"] in ("missing", "error"):
+                            return res
                         if phase == "memory":
-                            probed = key
-                        limit = limits.compile if phase == "compile" else limits.text
-                        phase_deadline = time.monotonic() + limit
-                elif kind == "version":
-                    res["version"] = ev["version"]
-                    res.setdefault("import_seconds", ev["import_seconds"])
-                elif kind == "prepare":
-                    res.setdefault("prepare_seconds", ev["seconds"])
-                    res.setdefault("vocab_size", ev["vocab_size"])
-                elif kind == "grammar":
-                    c["grammar"], c["grammar_kind"] = ev["description"], ev["kind"]
-                elif kind == "case_na":
-                    c["status"], c["reason"] = "n/a", ev["reason"]
-                    finished.add(key)
-                elif kind == "compile_error":
-                    c["status"], c["reason"] = "compile_error", ev["reason"]
-                    c["compile"]["failed_seconds"] = ev["seconds"]
-                    finished.add(key)
-                elif kind == "compile":
-                    if not sub_case(sub, key).get("resumed"):
-                        c["compile"]["seconds"].append(ev["seconds"])
-                        if ev["rep"] == 0:
-                            c["compile"]["compiled_bytes"] = ev["compiled_bytes"]
-                elif kind == "compile_rss":
-                    if not sub_case(sub, key).get("resumed"):
-                        c["compile"]["rss_delta_bytes"] = ev["rss_delta_bytes"]
-                elif kind == "compile_mem":
-                    c["compile"]["tracemalloc_peak_bytes"] = ev["tracemalloc_peak_bytes"]
-                elif kind == "text":
-                    c["texts"].append(ev)
-                    done_texts[key].add(ev["id"])
-                elif kind == "case_done":
-                    if c["status"] == "not_run":
-                        c["status"] = "ok"
-                    elif c["status"] == "timeout" and c["compile"]["seconds"]:
-                        c["status"] = "ok"  # texts timed out, the case itself finished
-                    finished.add(key)
-                    case_deadline = float("inf")
-                    cur_case = None
-                elif kind == "case_timeout":
-                    c["timeouts"]["case"] += 1
-                    c["status"], c["reason"] = "timeout", f"case time limit ({ev['seconds']:.0f} s with its texts' budgets)"
-                    finished.add(key)
-                    case_deadline = float("inf")
-                    cur_case = None
-                elif kind == "case_error":
-                    c["status"], c["reason"] = "error", ev["reason"]
-                    c["traceback"] = ev.get("traceback")
-                    finished.add(key)
-                elif kind == "done":
-                    proc.wait()
-                    break
-                elif kind in ("missing", "error"):
-                    res["status"] = kind
-                    res["reason"] = ev["reason"]
-                    if "traceback" in ev:
-                        res["traceback"] = ev["traceback"]
+                            log(f"      worker died in the memory probe of {probed}: exit code {proc.returncode}")
+                            killed = True
+                            break
+                        if cur_case is None:
+                            res["status"] = "error"
+                            res["reason"] = f"worker exited with code {proc.returncode}"
+                            res["stderr_tail"] = tail
+                            return res
+                        c = cases[cur_case]
+                        c["status"] = "error"
+                        c["reason"] = f"worker died (exit code {proc.returncode}) in {phase}"
+                        c["stderr_tail"] = tail
+                        finished.add(cur_case)
+                        killed = True
+                        log(f"      worker died in {cur_case}: exit code {proc.returncode}")
+                        break
+                    ev = json.loads(line)
+                    kind = ev.pop("event")
+                    key = ev.pop("case", None)
+                    c = cases.get(key) if key else None
+                    if kind == "turn":
+                        turns.acquire()
+                        holding = True
+                        # (the wait was not the worker's: its next phase sets its own limit)
+                        phase_deadline = time.monotonic() + limits.prepare
+                        try:
+                            proc.stdin.write("go\n")
+                            proc.stdin.flush()
+                        except OSError:
+                            pass   # (the worker is gone: its end comes next from the reader)
+                    elif kind == "turn_done":
+                        holding = False
+                        turns.release()
+                    elif kind == "phase":
+                        phase = ev["phase"]
+                        if phase == "case":
+                            cur_case, cur_text = key, None
+                            multi = not by_key[key].get("reps")
+                            # the worker enforces the case limit itself (forked case); this is the backstop
+                            backstop = case_limit(sub, sub_case(sub, key)) + 30
+                            case_deadline = time.monotonic() + backstop if multi else float("inf")
+                            phase_deadline = float("inf")
+                        else:
+                            cur_text = ev.get("id")
+                            if phase == "memory":
+                                probed = key
+                            limit = limits.compile if phase == "compile" else limits.text
+                            phase_deadline = time.monotonic() + limit
+                    elif kind == "version":
+                        res["version"] = ev["version"]
+                        res.setdefault("import_seconds", ev["import_seconds"])
+                    elif kind == "prepare":
+                        res.setdefault("prepare_seconds", ev["seconds"])
+                        res.setdefault("vocab_size", ev["vocab_size"])
+                    elif kind == "grammar":
+                        c["grammar"], c["grammar_kind"] = ev["description"], ev["kind"]
+                    elif kind == "case_na":
+                        c["status"], c["reason"] = "n/a", ev["reason"]
+                        finished.add(key)
+                    elif kind == "compile_error":
+                        c["status"], c["reason"] = "compile_error", ev["reason"]
+                        c["compile"]["failed_seconds"] = ev["seconds"]
+                        finished.add(key)
+                    elif kind == "compile":
+                        if not sub_case(sub, key).get("resumed"):
+                            c["compile"]["seconds"].append(ev["seconds"])
+                            if ev["rep"] == 0:
+                                c["compile"]["compiled_bytes"] = ev["compiled_bytes"]
+                    elif kind == "compile_rss":
+                        if not sub_case(sub, key).get("resumed"):
+                            c["compile"]["rss_delta_bytes"] = ev["rss_delta_bytes"]
+                    elif kind == "compile_mem":
+                        c["compile"]["tracemalloc_peak_bytes"] = ev["tracemalloc_peak_bytes"]
+                    elif kind == "text":
+                        c["texts"].append(ev)
+                        done_texts[key].add(ev["id"])
+                    elif kind == "case_done":
+                        if c["status"] == "not_run":
+                            c["status"] = "ok"
+                        elif c["status"] == "timeout" and c["compile"]["seconds"]:
+                            c["status"] = "ok"  # texts timed out, the case itself finished
+                        finished.add(key)
+                        case_deadline = float("inf")
+                        cur_case = None
+                    elif kind == "case_timeout":
+                        c["timeouts"]["case"] += 1
+                        c["status"], c["reason"] = "timeout", f"case time limit ({ev['seconds']:.0f} s with its texts' budgets)"
+                        finished.add(key)
+                        case_deadline = float("inf")
+                        cur_case = None
+                    elif kind == "case_error":
+                        c["status"], c["reason"] = "error", ev["reason"]
+                        c["traceback"] = ev.get("traceback")
+                        finished.add(key)
+                    elif kind == "done":
+                        proc.wait()
+                        break
+                    elif kind in ("missing", "error"):
+                        res["status"] = kind
+                        res["reason"] = ev["reason"]
+                        if "traceback" in ev:
+                            res["traceback"] = ev["traceback"]
+            finally:
+                if holding:
+                    turns.release()
+                if turns is not None and not proc.stdin.closed:
+                    try:
+                        proc.stdin.close()
+                    except OSError:
+                        pass
         if killed:
             restarts += 1
             res["restarts"] = restarts
@@ -785,6 +896,10 @@ def _parse_args(argv):
                     "worker (a timeout costs only that case instead of a worker restart, but every case "
                     "then pays the fork's copy-on-write page faults in its compile and first masks); by "
                     "default cases run in the worker itself, as in a serving process")
+    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=True,
+                    help="the libraries' workers of a tokenizer take turns, case by case (one runs at "
+                    "a time): a change in the machine's speed during the run then moves every library "
+                    "alike (default); --no-interleave runs one library's cases all before the next's")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -861,8 +976,8 @@ def main(argv=None) -> int:
     runs = []
     options = {"llg_json": args.llg_json, "any_order": args.any_order, "gramgen_caches": args.gramgen_caches}
     for tk in tokenizers:
+        jobs = []
         for lib in libs:
-            log(f"[{tk} / {lib}]")
             cases = []
             for wname, wl in workloads.items():
                 if tk not in tokenizers_for(wname):
@@ -877,14 +992,43 @@ def main(argv=None) -> int:
             job = {"lib": lib, "tokenizer": tk, "tokenizer_path": _tokenizer_path(tk),
                    "cases": cases, "text_budget_s": limits.text_budget, "options": options,
                    "case_limit_s": limits.case, "fork": args.fork}
-            t0 = time.time()
             kinds = getattr(ADAPTERS.get(lib), "kinds", None)
-            if kinds is not None and not any(c["kind"] in kinds for c in cases):
-                r = not_applicable(job)
+            jobs.append((job, kinds is not None and not any(c["kind"] in kinds for c in cases)))
+        workers = [job for job, na in jobs if not na]
+        turns = Turns([j["lib"] for j in workers]) if args.interleave and len(workers) > 1 else None
+        done: dict[str, tuple[dict, float]] = {}
+
+        def run_one(job: dict, t0: float) -> None:
+            try:
+                done[job["lib"]] = (run_job(job, limits, log, turns.seat(job["lib"])), time.time() - t0)
+            except Exception as e:  # noqa: BLE001 - reported as that library's error
+                traceback.print_exc()
+                cs = {c["key"]: dict(_new_case(c), reason="the harness failed") for c in job["cases"]}
+                done[job["lib"]] = ({"lib": job["lib"], "tokenizer": job["tokenizer"], "status": "error",
+                                     "reason": f"harness: {type(e).__name__}: {e}", "timeouts": {"prepare": 0, "job": 0},
+                                     "restarts": 0, "cases": cs}, time.time() - t0)
+
+        if turns is not None:
+            log(f"[{tk} / {', '.join(j['lib'] for j in workers)}, taking turns case by case]")
+            threads = []
+            for job in workers:
+                job["turns"] = True
+                threads.append(threading.Thread(target=run_one, args=(job, time.time())))
+                threads[-1].start()
+            for t in threads:
+                t.join()
+        for job, na in jobs:
+            if na:
+                r, wall = not_applicable(job), 0.0
+            elif turns is not None:
+                r, wall = done[job["lib"]]
             else:
+                log(f"[{tk} / {job['lib']}]")
+                t0 = time.time()
                 r = run_job(job, limits, log)
+                wall = time.time() - t0
             for run in split_runs(r, list(workloads)):
-                run["wall_seconds"] = time.time() - t0
+                run["wall_seconds"] = wall
                 log(f"      {run['workload']}: " + report.one_line(run))
                 runs.append(run)
 
@@ -898,6 +1042,7 @@ def main(argv=None) -> int:
             "case_compile_reps": args.case_reps,
             "case_process": ("a child forked from the prepared worker per case" if args.fork
                              else "the worker process, one case after another (a timeout restarts the worker)"),
+            "libraries_take_turns": bool(args.interleave),
             "limits_seconds": vars(limits),
             "machine": _machine(),
             "loadavg_start": load_start,

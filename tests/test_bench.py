@@ -357,3 +357,86 @@ def test_gramgen_adapter_cold_or_warm_caches():
         kept = strings.pattern_dfa.cache_info().currsize
         assert kept == (1 if mode == "cold" else 2), mode
         assert ("warm" in a.json_schema_policy) == (mode == "warm")
+
+
+def test_turns_go_round_the_table():
+    """``Turns``: the seated libraries hold the turn one at a time and in their order,
+    however fast each asks again; one that leaves is skipped."""
+    import threading
+    import time
+
+    from bench.__main__ import Turns
+
+    turns, order, holders = Turns(["A", "B", "C"]), [], []
+
+    def worker(name, rounds, pause):
+        seat = turns.seat(name)
+        for _ in range(rounds):
+            seat.acquire()
+            holders.append(name)
+            assert len(holders) == 1
+            order.append(name)
+            time.sleep(0.001)
+            holders.pop()
+            seat.release()
+            time.sleep(pause)
+        seat.leave()
+
+    threads = [threading.Thread(target=worker, args=args) for args in (("A", 10, 0), ("B", 10, 0.003), ("C", 4, 0))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert order == ["A", "B", "C"] * 4 + ["A", "B"] * 6, order
+
+
+def test_workers_take_turns_case_by_case():
+    """With turns, two library jobs run side by side but never in a phase at the same time:
+    each worker asks for the turn before it prepares, before each case and before its memory
+    probes, and the two alternate."""
+    import threading
+    import time
+
+    from bench.__main__ import Limits, Turns, run_job
+    from conftest import require_shared
+
+    tok = hf_tokenizer("smollm2")
+    schemas = [{"type": "integer"}, {"type": "string", "maxLength": 3}, {"enum": ["a", "b"]}]
+    cases = []
+    for i, schema in enumerate(schemas):
+        text = json.dumps(1 if i == 0 else "ab" if i == 1 else "a")
+        cases.append({"id": str(i), "kind": "jsonschema", "source": json.dumps(schema), "start": "", "path": "",
+                      "key": f"jsonschema#{i}", "workload": "jsonschema", "reps": 0, "warm_reps": 0,
+                      "texts": [{"id": "t", "ids": tok.encode(text, add_special_tokens=False), "expect": True}]})
+    spans: list[tuple[str, float, float]] = []
+    turns = Turns(["A", "B"])
+
+    class Recorded(Turns.Seat):
+        def acquire(self):
+            super().acquire()
+            self.since = time.monotonic()
+
+        def release(self):
+            spans.append((self.name, self.since, time.monotonic()))
+            super().release()
+
+    results = {}
+
+    def one(name):
+        job = {"lib": "gramgen", "tokenizer": "smollm2", "cases": cases, "text_budget_s": 5.0,
+               "tokenizer_path": str(require_shared() / "tokenizers" / "smollm2"), "options": {},
+               "case_limit_s": 30.0, "fork": False, "turns": True}
+        results[name] = run_job(job, Limits(False, None, None), lambda msg: None, Recorded(turns, name))
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    for name in "AB":
+        r = results[name]
+        assert r["status"] == "ok" and all(c["status"] == "ok" for c in r["cases"].values()), r
+    # prepare, three cases, the memory probes: five turns each, alternating, never overlapping
+    spans.sort(key=lambda s: s[1])
+    assert [n for n, _, _ in spans] == ["A", "B"] * 5
+    assert all(a[2] <= b[1] for a, b in zip(spans, spans[1:]))
