@@ -372,14 +372,17 @@ def worker_main() -> None:
 
     fork = job.get("fork", False) and hasattr(os, "fork") and hasattr(os, "pidfd_open")
     probes: list = []
-    for case in job["cases"]:
-        done_turn = turn()
+    per_turn = max(1, int(job.get("turn_cases") or 1))
+    for i, case in enumerate(job["cases"]):
+        if i % per_turn == 0:
+            done_turn = turn()
         emit(event="phase", phase="case", case=case["key"])
         if fork and not case.get("reps") and job.get("case_limit_s"):
             run_case_forked(case, case_limit(job, case))
         else:
             run_case(case, probes)
-        done_turn()
+        if i % per_turn == per_turn - 1 or i == len(job["cases"]) - 1:
+            done_turn()
     done_turn = turn()
     for key, choice, first_s in probes:
         try:
@@ -442,12 +445,14 @@ def _spawn(job: dict, stderr_file):
 
 class Turns:
     """The libraries' workers of one tokenizer take turns: one at a time prepares, runs a
-    case or probes memory, round the table in a fixed order (``names``), so with two
-    libraries each case of one runs right after the same case of the other. A change in the
-    machine's speed during a run then moves both alike, where running one library's cases
-    all before the other's put a slow spell in one library's figures only (the compile
-    ratio of one commit moved by 0.6 between runs 16 minutes apart). A library whose job
-    has ended leaves the table (:meth:`Seat.leave`); a worker that restarts keeps its seat."""
+    few cases (``--turn-cases``) or probes memory, round the table in a fixed order
+    (``names``), so with two libraries each few cases of one run right after the same
+    cases of the other. A change in the machine's speed during a run then moves both alike,
+    where running one library's cases all before the other's put a slow spell in one
+    library's figures only (the compile ratio of one commit moved by 0.6 between runs 16
+    minutes apart). (Turns of one case each cost every case the other process's cold
+    caches: compiles took 1.3-1.9x as long.) A library whose job has ended leaves the table
+    (:meth:`Seat.leave`); a worker that restarts keeps its seat."""
 
     def __init__(self, names: list[str]):
         self._cond = threading.Condition()
@@ -900,6 +905,9 @@ def _parse_args(argv):
                     help="the libraries' workers of a tokenizer take turns, case by case (one runs at "
                     "a time): a change in the machine's speed during the run then moves every library "
                     "alike (default); --no-interleave runs one library's cases all before the next's")
+    ap.add_argument("--turn-cases", type=int, default=20,
+                    help="with --interleave, how many cases a library runs in one turn (the first of "
+                    "each turn meets caches the other library left)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -1012,7 +1020,7 @@ def main(argv=None) -> int:
             log(f"[{tk} / {', '.join(j['lib'] for j in workers)}, taking turns case by case]")
             threads = []
             for job in workers:
-                job["turns"] = True
+                job["turns"], job["turn_cases"] = True, args.turn_cases
                 threads.append(threading.Thread(target=run_one, args=(job, time.time())))
                 threads[-1].start()
             for t in threads:
@@ -1042,7 +1050,7 @@ def main(argv=None) -> int:
             "case_compile_reps": args.case_reps,
             "case_process": ("a child forked from the prepared worker per case" if args.fork
                              else "the worker process, one case after another (a timeout restarts the worker)"),
-            "libraries_take_turns": bool(args.interleave),
+            "libraries_take_turns": (f"{args.turn_cases} cases a turn" if args.interleave else False),
             "limits_seconds": vars(limits),
             "machine": _machine(),
             "loadavg_start": load_start,

@@ -390,10 +390,11 @@ def test_turns_go_round_the_table():
     assert order == ["A", "B", "C"] * 4 + ["A", "B"] * 6, order
 
 
-def test_workers_take_turns_case_by_case():
+@pytest.mark.parametrize("per_turn, turns_each", [(None, 5), (2, 4)])
+def test_workers_take_turns_case_by_case(per_turn, turns_each):
     """With turns, two library jobs run side by side but never in a phase at the same time:
-    each worker asks for the turn before it prepares, before each case and before its memory
-    probes, and the two alternate."""
+    each worker asks for the turn before it prepares, before each few cases (``turn_cases``)
+    and before its memory probes, and the two alternate."""
     import threading
     import time
 
@@ -425,7 +426,7 @@ def test_workers_take_turns_case_by_case():
     def one(name):
         job = {"lib": "gramgen", "tokenizer": "smollm2", "cases": cases, "text_budget_s": 5.0,
                "tokenizer_path": str(require_shared() / "tokenizers" / "smollm2"), "options": {},
-               "case_limit_s": 30.0, "fork": False, "turns": True}
+               "case_limit_s": 30.0, "fork": False, "turns": True, "turn_cases": per_turn}
         results[name] = run_job(job, Limits(False, None, None), lambda msg: None, Recorded(turns, name))
 
     threads = [threading.Thread(target=one, args=(n,)) for n in "AB"]
@@ -436,7 +437,7 @@ def test_workers_take_turns_case_by_case():
     for name in "AB":
         r = results[name]
         assert r["status"] == "ok" and all(c["status"] == "ok" for c in r["cases"].values()), r
-    # prepare, three cases, the memory probes: five turns each, alternating, never overlapping
+    # prepare, the three cases one or two a turn, the memory probes: alternating, never overlapping
     spans.sort(key=lambda s: s[1])
-    assert [n for n, _, _ in spans] == ["A", "B"] * 5
+    assert [n for n, _, _ in spans] == ["A", "B"] * turns_each
     assert all(a[2] <= b[1] for a, b in zip(spans, spans[1:]))
