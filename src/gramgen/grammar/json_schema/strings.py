@@ -192,7 +192,12 @@ def spelled(dfa: cpdfa.CodepointDFA) -> Regex:
 
 def string_literal(value: str) -> Regex:
     """All spellings of exactly this decoded string."""
+    if _NOT_RAW.search(value) is None:   # (most names: every character spelled as itself)
+        return seq([_QUOTE, *map(char, value), _QUOTE])
     return quoted(seq([char(c) if _raw_ok(c) else json_char(((ord(c), ord(c)),)) for c in value]))
+
+
+_QUOTE = char('"')
 
 
 def _raw_ok(c: str) -> bool:
