@@ -1085,7 +1085,7 @@ class SchemaCompiler:
         hi = self._count(node, "maxLength", None)
         patterns = _as_patterns(node["pattern"]) if "pattern" in node else []
         fmt = node.get("format")
-        constraints: list[Regex | cpdfa.CodepointDFA] = []
+        constraints: list[Regex | cpdfa.CodepointDFA | str] = []   # (a str: a format's name)
         for p in patterns:
             try:
                 constraints.append(strings.pattern_dfa(p))
@@ -1094,7 +1094,7 @@ class SchemaCompiler:
         if isinstance(fmt, str):
             rx = strings.format_regex(fmt)
             if rx is not None:
-                constraints.append(rx)
+                constraints.append(fmt)   # (its automaton: strings.format_dfa)
             elif fmt in STRING_FORMATS_WE_REJECT and not self.lenient_formats:
                 self.unsupported("format", node, f"format {fmt!r} has no exact grammar here "
                                  "(lenient_formats=True accepts any string)")
@@ -1117,7 +1117,7 @@ class SchemaCompiler:
             if subset is None:
                 raise
             # the format's documented subset for length-bounded strings (see format_subset)
-            constraints = [subset if c is strings.format_regex(fmt) else c for c in constraints]
+            constraints = [subset if c is fmt else c for c in constraints]
             dfa = self._string_dfa(constraints, lo, hi)
         if isinstance(dfa, str):
             return self.empty(node, dfa)
@@ -1183,7 +1183,7 @@ class SchemaCompiler:
                 self.unsupported("pattern", node, f"{p!r}: {exc}")
         fmt = node.get("format")
         if isinstance(fmt, str) and strings.format_regex(fmt) is not None:
-            parts.append(cpdfa.from_regex(strings.format_regex(fmt)))
+            parts.append(strings.format_dfa(fmt))
         if "minLength" in node or "maxLength" in node:
             parts.append(cpdfa.from_regex(Repeat(CharRanges(cpdfa.ANY_CHAR), self._count(node, "minLength", 0),
                                                  self._count(node, "maxLength", None))))
@@ -1199,11 +1199,12 @@ class SchemaCompiler:
         return self._exclude_strings(dfa, node)
 
     def _string_dfa(self, constraints: list, lo: int, hi: int | None) -> "cpdfa.CodepointDFA | str":
-        """The strings meeting every pattern / format DFA and lo..hi characters; a str
-        saying why when none do."""
+        """The strings meeting every constraint (a pattern's DFA, a regex, a format's name)
+        and lo..hi characters; a str saying why when none do."""
         dfa = None
         for rx in constraints:
-            d = rx if isinstance(rx, cpdfa.CodepointDFA) else cpdfa.from_regex(rx)
+            d = rx if isinstance(rx, cpdfa.CodepointDFA) else strings.format_dfa(rx) if isinstance(rx, str) \
+                else cpdfa.from_regex(rx)
             dfa = d if dfa is None else cpdfa.intersect(dfa, d)
             if dfa.is_empty():
                 return "no string matches all of its pattern / format keywords"
@@ -1221,7 +1222,7 @@ class SchemaCompiler:
         """``dfa`` without the strings a negation excluded (``__not_pattern__``,
         ``__not_format__``, and the strings of ``__not_enum__``)."""
         for f in node.get("__not_format__", []):
-            dfa = cpdfa.difference(dfa, cpdfa.from_regex(strings.format_regex(f)))
+            dfa = cpdfa.difference(dfa, strings.format_dfa(f))
         for p in node.get("__not_pattern__", []):
             try:
                 dfa = cpdfa.difference(dfa, strings.pattern_dfa(p))
