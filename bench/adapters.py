@@ -611,7 +611,9 @@ class GramgenAdapter(Adapter):
                   else "every compile cold (gramgen._lru.clear_all() first; what is per vocabulary stays, "
                        "as xgrammar's TokenizerInfo: the token table and the standard classes of JSON "
                        "Schema value lexemes with those lexemes' automata, made from fixed schemas at the "
-                       "first JSON Schema compile for a layout)")
+                       "first JSON Schema compile for a layout; and what is per process, as the formats' "
+                       "regexes: each format's code-point automaton and its JSON spelling, made at its "
+                       "first use)")
         return ('gramgen.Grammar.from_json_schema(schema, whitespace="flexible", '
                 'lenient_formats=True) + gramgen.compile: flexible (bounded) whitespace, '
                 f"properties in declaration order, unknown formats as annotations (as the peers); {caches}")

@@ -37,8 +37,9 @@ def clear_all() -> None:
     """Empty every cache of this kind (the DFAs, the code-point automata) and the
     function caches of compile products: a compile after this builds anew everything but
     what is kept per vocabulary or layout from fixed inputs (the token table, the standard
-    classes of JSON values and their lexemes' automata), as a benchmark of cold compiles
-    needs."""
+    classes of JSON values and their lexemes' automata) and the constants of the JSON
+    Schema formats (their regexes, code-point automata and spellings), as a benchmark of
+    cold compiles needs."""
     for cache in list(_ALL):
         cache.clear()
     for fn in _FUNCTION_CACHES:
