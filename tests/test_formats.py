@@ -129,3 +129,37 @@ def test_every_format_has_a_row_in_the_documented_table():
     for name in strings.FORMAT_NAMES:
         assert any(line.split()[:1] == [name] or line.startswith(name + ",") or f", {name} " in line
                    for line in doc.splitlines() for line in [line.strip()]), name
+
+
+def test_a_formats_automata_are_made_once_and_kept():
+    """A format's code-point automaton, its JSON spelling and the DFA of that spelling are
+    constants: made at the format's first use and kept through ``clear_all`` (which cold
+    compiles call), shared by every property and schema that uses the format; and they are
+    what a fresh build of the format gives."""
+    from gramgen._lru import clear_all
+    from gramgen.automata import dfa as dfa_module
+    from gramgen.grammar.ir import CONSTANT_LEXEMES
+
+    def compiled(schema):
+        clear_all()
+        return gramgen.compile(gramgen.Grammar.from_json_schema(schema), BYTE_VOCAB)
+
+    first = compiled({"type": "object", "properties": {"a": {"type": "string", "format": "uri"},
+                                                       "b": {"type": "string", "format": "uri"}}})
+    names = list(first.grammar.ir.meta[CONSTANT_LEXEMES])
+    assert len(names) == 1   # (the two properties share the format's one lexeme)
+    second = compiled({"type": "array", "items": {"type": "string", "format": "uri"}})
+    (other,) = second.grammar.ir.meta[CONSTANT_LEXEMES]
+    rx = first.grammar.ir.lexemes[names[0]]
+    assert second.grammar.ir.lexemes[other] is rx is strings.spelled(strings.format_dfa("uri"))
+
+    def dfa_of(c, name):
+        return c.tables.lex_dfas[c.tables.lexeme_names.index(name)]
+
+    assert dfa_of(second, other) is dfa_of(first, names[0])
+    fresh = dfa_module._compile_regex(rx, 10_000)
+    assert (fresh.transitions == dfa_of(first, names[0]).transitions).all()
+    assert cpdfa.from_regex(strings.format_regex("uri")).edges == strings.format_dfa("uri").edges
+    # a format with more: its own lexeme, not kept
+    bounded = compiled({"type": "string", "format": "uri", "maxLength": 30})
+    assert not bounded.grammar.ir.meta[CONSTANT_LEXEMES]

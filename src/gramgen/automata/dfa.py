@@ -25,7 +25,7 @@ import numpy as np
 
 from .._lru import SizedLRU, cleared_with_all
 from ..errors import CompileLimitError, GrammarError
-from ..grammar.ir import (EMPTY, WITHOUT_PREFIXES, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex,
+from ..grammar.ir import (CONSTANT_LEXEMES, EMPTY, WITHOUT_PREFIXES, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex,
                           Repeat, Rule, Seq, frozen_key, normalize_ranges)
 from ..grammar.cpdfa import words_dfa
 from ..grammar.split import split_lexemes
@@ -299,7 +299,8 @@ def clear_cache() -> None:
 #: the DFAs of standard lexemes, by the same key as :data:`_cache`, kept for the process's
 #: life: the values and punctuation that every JSON Schema grammar of a layout shares,
 #: registered once per layout from fixed schemas (``runtime.json_standard``), never from a
-#: user's grammar; :func:`clear_cache` and ``gramgen._lru.clear_all`` leave them
+#: user's grammar (the frontends' constants are kept apart: :data:`_constants`);
+#: :func:`clear_cache` and ``gramgen._lru.clear_all`` leave them
 _standard: dict[tuple, ByteDFA] = {}
 #: most standard DFAs kept, and the most states of one. At most this size a layout's ~40
 #: hold ~6 MB (with the llama3 vocabulary's classes of a layout, ~16 MB): the two largest (~900 states, 1.8 MB each with their sink tables) are the
@@ -527,6 +528,9 @@ def compile_lexemes(ir: GrammarIR, *, max_states: int = 10_000) -> tuple[Grammar
     recipes = ir.meta.get(WITHOUT_PREFIXES)
     if recipes:
         pending = [name for name in pending if not _from_recipe(ir, name, recipes.get(name), max_states, dfas)]
+    constants = ir.meta.get(CONSTANT_LEXEMES)
+    if constants:
+        pending = [name for name in pending if not _from_constants(ir, name, constants.get(name), max_states, dfas)]
     for _ in range(MAX_SPLIT_ROUNDS):
         too_big: dict[str, CompileLimitError] = {}
         built = compile_regexes([ir.lexemes[n] for n in pending], max_states=max_states)
@@ -541,6 +545,7 @@ def compile_lexemes(ir: GrammarIR, *, max_states: int = 10_000) -> tuple[Grammar
                 raise GrammarError(f"lexeme {name!r}: {exc.message}", exc.line, exc.column,
                                    exc.source or ir.source) from exc
         if not too_big:
+            _keep_constants(ir, dfas, max_states)
             return ir, dfas
         try:
             ir, pending = split_lexemes(ir, too_big)
@@ -549,6 +554,40 @@ def compile_lexemes(ir: GrammarIR, *, max_states: int = 10_000) -> tuple[Grammar
             raise CompileLimitError(f"lexeme {name!r}: {first}; {exc}") from None
     raise CompileLimitError(f"lexemes still too big after {MAX_SPLIT_ROUNDS} rounds of splitting: "
                             f"{', '.join(too_big)}")
+
+
+def _keep_constants(ir: GrammarIR, dfas: dict[str, ByteDFA], max_states: int) -> None:
+    """Keep the DFAs of ``ir``'s lexemes that are constants of its frontend
+    (``ir.meta[CONSTANT_LEXEMES]``: a JSON Schema format's spelling, 0.2-30 ms to build,
+    ~8 MB for every format's), up to :data:`MAX_STANDARD_STATES` states each, in
+    :data:`_constants`."""
+    constants = ir.meta.get(CONSTANT_LEXEMES)
+    if not constants:
+        return
+    for name, rx in constants.items():
+        dfa = dfas.get(name)
+        if dfa is None or ir.lexemes.get(name) is not rx or dfa.n_states > MAX_STANDARD_STATES \
+                or len(_constants) >= MAX_STANDARD:
+            continue
+        _constants.setdefault((id(rx), max_states), (rx, dfa))
+
+
+def _from_constants(ir: GrammarIR, name: str, rx: Regex | None, max_states: int, dfas: dict) -> bool:
+    """The DFA of lexeme ``name`` into ``dfas`` where it is a frontend's constant whose DFA
+    :data:`_constants` keeps; False otherwise."""
+    if rx is None or ir.lexemes[name] is not rx:
+        return False
+    found = _constants.get((id(rx), max_states))
+    if found is None or found[0] is not rx:
+        return False
+    dfas[name] = found[1]
+    return True
+
+
+#: (id of a frontend's constant regex, max_states) -> (the regex, its DFA), kept for the
+#: process's life as :data:`_standard` is (see :data:`~gramgen.grammar.ir.CONSTANT_LEXEMES`):
+#: by the regex object, not its key (the key of a format's spelling took 1 ms to make)
+_constants: dict[tuple[int, int], tuple[Regex, ByteDFA]] = {}
 
 
 def _no_words() -> ByteDFA:

@@ -301,6 +301,14 @@ COUNTED_CHAINS = "counted_chains"
 WITHOUT_PREFIXES = "without_prefixes"
 
 
+#: ``GrammarIR.meta`` key: lexemes whose regexes are constants of the frontend, not made
+#: from the grammar's source: ``{name: regex}`` (a JSON Schema format's spelling, the same
+#: object in every schema that uses the format). Their automata may be kept for the
+#: process's life, as the standard lexemes' are (``automata.dfa.compile_lexemes``). A hint
+#: only: used while the lexeme is still that regex.
+CONSTANT_LEXEMES = "constant_lexemes"
+
+
 @dataclass
 class GrammarIR:
     """A context-free grammar over lexemes.

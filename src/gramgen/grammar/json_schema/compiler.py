@@ -29,7 +29,7 @@ import gramgen.grammar.json_schema.keywords as keywords
 import gramgen.grammar.json_schema.strings as strings
 
 from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
-from ..ir import (COUNTED_CHAINS, EMPTY, NOTHING, WITHOUT_PREFIXES, CharRanges, GrammarIR, Regex, Repeat, Rule,
+from ..ir import (CONSTANT_LEXEMES, COUNTED_CHAINS, EMPTY, NOTHING, WITHOUT_PREFIXES, CharRanges, GrammarIR, Regex, Repeat, Rule,
                   literal, prune_rules)
 from ..simplify import alt, collapse_regular, seq
 from ..split import CountedRules
@@ -181,6 +181,8 @@ class SchemaCompiler:
         self._validator_cls = None
         #: key lexemes made more cheaply from any key's automaton (``ir.meta[WITHOUT_PREFIXES]``)
         self._without_prefixes: dict[str, tuple] = {}
+        #: lexemes that are a format's spelling (``ir.meta[CONSTANT_LEXEMES]``)
+        self._constant_lexemes: dict[str, Regex] = {}
 
     def _check_remote(self, uri: str, doc: Any) -> None:
         """A document of ``refs``, checked as the root was, once a reference reaches it."""
@@ -316,7 +318,8 @@ class SchemaCompiler:
                              "unknown_formats": [f"{p}: {f}" for p, f in self.unknown_formats.items()],
                              "json_layout": self.layout_options,
                              COUNTED_CHAINS: tuple(self.chains),
-                             WITHOUT_PREFIXES: dict(self._without_prefixes)})
+                             WITHOUT_PREFIXES: dict(self._without_prefixes),
+                             CONSTANT_LEXEMES: dict(self._constant_lexemes)})
         try:
             ir = _prune_unproductive(ir)
         except SchemaError as exc:
@@ -1124,7 +1127,11 @@ class SchemaCompiler:
         dfa = self._exclude_strings(dfa, node)
         if dfa.is_empty():
             return []
-        return [self.lex(strings.spelled(dfa), "STR")]
+        rx = strings.spelled(dfa)
+        name = self.lex(rx, "STR")
+        if strings.is_format_spelling(rx):
+            self._constant_lexemes[name] = rx
+        return [name]
 
     def _long_string(self, lo: int, hi: int | None) -> str:
         """A string of lo..hi characters as blocks of BLOCK characters counted by rules

@@ -198,6 +198,15 @@ def spelled(dfa: cpdfa.CodepointDFA) -> Regex:
 _spelled_formats: dict[int, tuple] = {}
 
 
+def is_format_spelling(rx: Regex) -> bool:
+    """Whether ``rx`` is a format's spelling that :func:`spelled` keeps (a constant)."""
+    return id(rx) in _format_spellings
+
+
+#: the ids of the spellings in :data:`_spelled_formats` (kept alive there)
+_format_spellings: set[int] = set()
+
+
 def string_literal(value: str) -> Regex:
     """All spellings of exactly this decoded string."""
     if _NOT_RAW.search(value) is None:   # (most names: every character spelled as itself)
@@ -463,7 +472,9 @@ def format_dfa(name: str) -> cpdfa.CodepointDFA | None:
         if rx is None:
             return None
         found = cpdfa.from_regex(rx)
-        _spelled_formats[id(found)] = (found, quoted(cpdfa.to_automaton(found, json_char)))
+        spelling = quoted(cpdfa.to_automaton(found, json_char))
+        _spelled_formats[id(found)] = (found, spelling)
+        _format_spellings.add(id(spelling))
         _format_dfas[name] = found
     return found
 
