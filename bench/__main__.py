@@ -217,6 +217,10 @@ def worker_main() -> None:
     sys.path.insert(0, str(REPO / "src"))
     from .adapters import CompileFailed, NotApplicable, make_adapter
 
+    # (with turns, loading the library and the tokenizer is in the first turn too: another
+    # worker's imports would otherwise run beside this one's tokenizer preprocessing and
+    # first compiles)
+    done_turn = turn()
     try:
         adapter = make_adapter(job["lib"], job.get("options"))
         t0 = time.perf_counter()
@@ -229,7 +233,6 @@ def worker_main() -> None:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(job["tokenizer_path"])
-        done_turn = turn()
         emit(event="phase", phase="prepare")
         t0 = time.perf_counter()
         try:
@@ -237,8 +240,6 @@ def worker_main() -> None:
         except NotApplicable as e:
             emit(event="missing", reason=str(e))
             return
-        finally:
-            done_turn()
         emit(event="prepare", seconds=time.perf_counter() - t0, vocab_size=adapter.vocab_size)
         # What the harness itself loaded (transformers, torch, the tokenizer, the library's
         # vocabulary tables) goes to the permanent generation, as a serving process does
@@ -252,6 +253,8 @@ def worker_main() -> None:
         sys.stderr.write(tb)
         emit(event="error", reason=f"{type(e).__name__}: {str(e)[:500]}", traceback=tb[-3000:])
         return
+    finally:
+        done_turn()
 
     def run_case(case: dict, probes: list | None = None) -> None:
         """One case; its memory probe is appended to ``probes`` (run now when None)."""
