@@ -479,6 +479,10 @@ class Turns:
 
         def __init__(self, turns: "Turns", name: str):
             self.turns, self.name = turns, name
+            #: set once this library has had its first turn (or left): the next worker is
+            #: started only then, so that its start-up (imports) runs while the others wait
+            #: for its turn, not beside another's timed work
+            self.started = threading.Event()
 
         def acquire(self) -> None:
             t = self.turns
@@ -494,6 +498,7 @@ class Turns:
                     t._holder = None
                     t._advance()
                     t._cond.notify_all()
+            self.started.set()
 
         def leave(self) -> None:
             t = self.turns
@@ -504,6 +509,7 @@ class Turns:
                 if t._order[t._at] == self.name:
                     t._advance()
                 t._cond.notify_all()
+            self.started.set()
 
 
 def _kill(proc) -> None:
@@ -1009,23 +1015,27 @@ def main(argv=None) -> int:
         turns = Turns([j["lib"] for j in workers]) if args.interleave and len(workers) > 1 else None
         done: dict[str, tuple[dict, float]] = {}
 
-        def run_one(job: dict, t0: float) -> None:
+        def run_one(job: dict, seat: "Turns.Seat", t0: float) -> None:
             try:
-                done[job["lib"]] = (run_job(job, limits, log, turns.seat(job["lib"])), time.time() - t0)
+                done[job["lib"]] = (run_job(job, limits, log, seat), time.time() - t0)
             except Exception as e:  # noqa: BLE001 - reported as that library's error
                 traceback.print_exc()
                 cs = {c["key"]: dict(_new_case(c), reason="the harness failed") for c in job["cases"]}
                 done[job["lib"]] = ({"lib": job["lib"], "tokenizer": job["tokenizer"], "status": "error",
                                      "reason": f"harness: {type(e).__name__}: {e}", "timeouts": {"prepare": 0, "job": 0},
                                      "restarts": 0, "cases": cs}, time.time() - t0)
+            finally:
+                seat.leave()   # (run_job leaves too; this covers a failure before it)
 
         if turns is not None:
-            log(f"[{tk} / {', '.join(j['lib'] for j in workers)}, taking turns case by case]")
+            log(f"[{tk} / {', '.join(j['lib'] for j in workers)}, taking turns of {args.turn_cases} cases]")
             threads = []
             for job in workers:
                 job["turns"], job["turn_cases"] = True, args.turn_cases
-                threads.append(threading.Thread(target=run_one, args=(job, time.time())))
+                seat = turns.seat(job["lib"])
+                threads.append(threading.Thread(target=run_one, args=(job, seat, time.time())))
                 threads[-1].start()
+                seat.started.wait()   # (the next worker starts when this one has had its first turn)
             for t in threads:
                 t.join()
         for job, na in jobs:
