@@ -25,8 +25,8 @@ import numpy as np
 
 from .._lru import SizedLRU, cleared_with_all
 from ..errors import CompileLimitError, GrammarError
-from ..grammar.ir import (CONSTANT_LEXEMES, EMPTY, WITHOUT_PREFIXES, Alt, Automaton, ByteRanges, CharRanges, GrammarIR, Regex,
-                          Repeat, Rule, Seq, frozen_key, normalize_ranges)
+from ..grammar.ir import (CONSTANT_LEXEMES, EMPTY, WITHOUT_PREFIXES, Alt, Automaton, ByteRanges, CharRanges,
+                          GrammarIR, Regex, Repeat, Rule, Seq, frozen_key, normalize_ranges)
 from ..grammar.cpdfa import words_dfa
 from ..grammar.split import split_lexemes
 from .utf8 import EXIT, utf8_automaton
@@ -303,11 +303,12 @@ def clear_cache() -> None:
 #: :func:`clear_cache` and ``gramgen._lru.clear_all`` leave them
 _standard: dict[tuple, ByteDFA] = {}
 #: most standard DFAs kept, and the most states of one. At most this size a layout's ~40
-#: hold ~6 MB (with the llama3 vocabulary's classes of a layout, ~16 MB): the two largest (~900 states, 1.8 MB each with their sink tables) are the
-#: 64-character block of a long string's count and the rest of its last block, which every
-#: string with a long ``maxLength`` repeats exactly (built, they cost ~0.6 ms each a
-#: schema). Larger ones (a whole string of 256 characters, 3,600 states) would add ~7 MB
-#: each for lexemes that a user's schema rarely repeats exactly.
+#: hold ~6 MB (beside ~16 MB of the layout's classes at 128k tokens). The two largest (~900
+#: states, 1.8 MB each with their sink tables) are the 64-character block of a long
+#: string's count and the rest of its last block, which every string with a long
+#: ``maxLength`` repeats exactly (built, they cost ~0.6 ms each a schema). Larger ones (a
+#: whole string of 256 characters, 3,600 states) would add ~7 MB each for lexemes that a
+#: user's schema rarely repeats exactly.
 MAX_STANDARD = 512
 MAX_STANDARD_STATES = 1024
 

@@ -29,8 +29,8 @@ import gramgen.grammar.json_schema.keywords as keywords
 import gramgen.grammar.json_schema.strings as strings
 
 from ...errors import CompileLimitError, ConfigurationError, GrammarError, SchemaError, UnknownKeywordWarning
-from ..ir import (CONSTANT_LEXEMES, COUNTED_CHAINS, EMPTY, NOTHING, WITHOUT_PREFIXES, CharRanges, GrammarIR, Regex, Repeat, Rule,
-                  literal, prune_rules)
+from ..ir import (CONSTANT_LEXEMES, COUNTED_CHAINS, EMPTY, NOTHING, WITHOUT_PREFIXES, CharRanges, GrammarIR, Regex,
+                  Repeat, Rule, literal, prune_rules)
 from ..simplify import alt, collapse_regular, seq
 from ..split import CountedRules
 from ..sources import read_schema
