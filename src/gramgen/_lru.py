@@ -72,9 +72,10 @@ class SizedLRU(Generic[V]):
         if size > self.budget // 4:
             return
         with self._lock:
-            if key in self._items:
+            before = len(self._items)
+            self._items.setdefault(key, value)   # (one lookup: keys can be deep tuples)
+            if len(self._items) == before:
                 return
-            self._items[key] = value
             self.total += size
             while self.total > self.budget:
                 _, old = self._items.popitem(last=False)

@@ -372,6 +372,7 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
     memo: dict = {}   # (frozen keys of shared subtrees)
     rest_rxs = []     # (the rests, made here, kept as long as rxs for the same reason)
     keys: list = [None] * len(rxs)
+    kept: list = [None] * len(rxs)   # (the standard DFAs found: each key hashed once for them)
     rests: list = [None] * len(rxs)
     shared: dict = {}
     for i, rx in enumerate(rxs):
@@ -379,7 +380,8 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
             keys[i] = key = (regex_key(rx, memo), max_states)
         except TypeError:
             continue   # (raised again below, in its turn)
-        if key in _standard:
+        kept[i] = _standard.get(key)
+        if kept[i] is not None:
             continue
         split = literal_prefix(rx)
         if split is not None:
@@ -392,7 +394,7 @@ def compile_regexes(rxs: Iterable[Regex], *, max_states: int = 10_000) -> Iterat
             shared[rest_key] = shared.get(rest_key, 0) + 1
     for i, rx in enumerate(rxs):
         key = keys[i] if keys[i] is not None else (regex_key(rx, memo), max_states)
-        found = _kept(key)
+        found = kept[i] if kept[i] is not None else _cache.get(key)
         if found is None:
             rest = rests[i]
             if rest is not None:
