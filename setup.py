@@ -10,7 +10,9 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("gramgen.automata._tokenwalk", ["src/gramgen/automata/_tokenwalk.c"], optional=True),
     Extension("gramgen.automata._dfabuild", ["src/gramgen/automata/_dfabuild.c"], optional=True),
-    Extension("gramgen.automata._earley", ["src/gramgen/automata/_earley.c"], optional=True),
+    Extension("gramgen.automata._earley", ["src/gramgen/automata/_earley.c"],
+              depends=["src/gramgen/grammar/_rules.h"], optional=True),
     Extension("gramgen.automata._bits", ["src/gramgen/automata/_bits.c"], optional=True),
-    Extension("gramgen.grammar._kernels", ["src/gramgen/grammar/_kernels.c"], optional=True),
+    Extension("gramgen.grammar._kernels", ["src/gramgen/grammar/_kernels.c"],
+              depends=["src/gramgen/grammar/_rules.h"], optional=True),
 ])

@@ -1,15 +1,18 @@
 /* The grammar layer's inner loops, in C.
  *
- * Two loops of a JSON Schema's lowering that ran once per schema, in Python, over objects
- * made one by one:
+ * Loops of a JSON Schema's lowering that ran once per schema, in Python, over objects made
+ * one by one:
  *
  *   prune             the rules of a grammar that derive some finite string and that its
  *                     start reaches (gramgen.grammar.ir.prune_rules; 0.05 ms of a median
- *                     schema's 0.7 ms);
+ *                     schema's 0.7 ms), with the fixed point of _rules.h;
  *   all_but           the code-point automaton of "any string but these words", an object's
  *                     undeclared keys (gramgen.grammar.cpdfa.all_but);
  *   automaton_edges   the edges of its IR automaton (gramgen.grammar.cpdfa.to_automaton);
- *                     the last two together 0.12 ms of it.
+ *                     the last two together 0.12 ms of it;
+ *   seq               concatenation, flattened, neighbouring repeats merged
+ *                     (gramgen.grammar.simplify.seq; the IR's classes registered by
+ *                     register_ir).
  *
  * Each makes exactly what its Python reference makes (the tests compare them on random
  * inputs); the references run where this extension is not built, or under
@@ -21,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_rules.h"   /* csr_of, close_rules (shared with automata/_earley.c) */
+
 #define MAX_CODEPOINT 0x10FFFF
 /* ANY_CHAR: every code point but the surrogates */
 #define ANY_LO_HI 0xD7FF
@@ -29,16 +34,16 @@
 /* ------------------------------------------------------------------ growable arrays */
 
 typedef struct {
-    Py_ssize_t *v;
+    int32_t *v;
     Py_ssize_t n, cap;
 } IVec;
 
 static int
-ivec_push(IVec *a, Py_ssize_t x)
+ivec_push(IVec *a, int32_t x)
 {
     if (a->n == a->cap) {
         Py_ssize_t cap = a->cap ? 2 * a->cap : 16;
-        Py_ssize_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof *v);
+        int32_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof *v);
         if (!v) {
             PyErr_NoMemory();
             return -1;
@@ -75,8 +80,8 @@ symbol_id(PyObject *ids, PyObject *name, Py_ssize_t *next)
 /* prune(rules: tuple of Rule, lexemes: dict, start) -> (kept rules: tuple, lexemes: dict)
  * or None when the start derives no finite string. A rule is kept when all its symbols
  * derive some finite string (lexemes do; a nonterminal does when one of its rules is
- * kept: the least fixed point) and the start reaches it through kept rules; a lexeme when
- * the start reaches it. Order is kept. */
+ * kept: the least fixed point, close_rules) and the start reaches it through kept rules;
+ * a lexeme when the start reaches it. Order is kept. */
 static PyObject *
 prune(PyObject *self, PyObject *args)
 {
@@ -84,13 +89,17 @@ prune(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O", &PyTuple_Type, &rules, &PyDict_Type, &lexemes, &start))
         return NULL;
     Py_ssize_t n_rules = PyTuple_GET_SIZE(rules);
+    if (n_rules > INT32_MAX / 4 || PyDict_GET_SIZE(lexemes) > INT32_MAX / 4) {
+        PyErr_SetString(PyExc_OverflowError, "prune: too many rules or lexemes");
+        return NULL;
+    }
     PyObject *ids = PyDict_New(), *result = NULL;
-    Py_ssize_t *lhs = PyMem_Calloc((size_t)n_rules + 1, sizeof *lhs);
-    Py_ssize_t *rhs_at = PyMem_Calloc((size_t)n_rules + 1, sizeof *rhs_at);
-    Py_ssize_t *missing = PyMem_Calloc((size_t)n_rules + 1, sizeof *missing);
-    IVec rhs = {0}, found = {0}, todo = {0};
-    Py_ssize_t *wait_at = NULL, *waiting = NULL, *by_lhs_at = NULL, *by_lhs = NULL;
-    char *productive = NULL, *seen = NULL;
+    int32_t *lhs = PyMem_Calloc((size_t)n_rules + 1, sizeof *lhs);
+    int32_t *rhs_at = PyMem_Calloc((size_t)n_rules + 2, sizeof *rhs_at);
+    int32_t *missing = PyMem_Calloc((size_t)n_rules + 1, sizeof *missing);
+    IVec rhs = {0}, kept_lhs = {0}, kept_rule = {0}, todo = {0};
+    int32_t *off = NULL, *tgt = NULL;
+    uint8_t *productive = NULL, *seen = NULL;
     if (!ids || !lhs || !rhs_at || !missing) {
         PyErr_NoMemory();
         goto done;
@@ -106,10 +115,11 @@ prune(PyObject *self, PyObject *args)
         PyObject *l = PyObject_GetAttr(rule, str_lhs);
         if (!l)
             goto done;
-        lhs[i] = symbol_id(ids, l, &n_sym);
+        Py_ssize_t id = symbol_id(ids, l, &n_sym);
         Py_DECREF(l);
-        if (lhs[i] < 0)
+        if (id < 0)
             goto done;
+        lhs[i] = (int32_t)id;
         PyObject *body = PyObject_GetAttr(rule, str_rhs);
         if (!body)
             goto done;
@@ -117,17 +127,19 @@ prune(PyObject *self, PyObject *args)
         Py_DECREF(body);
         if (!r)
             goto done;
-        rhs_at[i] = rhs.n;
+        rhs_at[i] = (int32_t)rhs.n;
         for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(r); j++) {
             Py_ssize_t s = symbol_id(ids, PySequence_Fast_GET_ITEM(r, j), &n_sym);
-            if (s < 0 || ivec_push(&rhs, s) < 0) {
+            if (s < 0 || rhs.n >= INT32_MAX / 4 || ivec_push(&rhs, (int32_t)s) < 0) {
+                if (s >= 0 && !PyErr_Occurred())
+                    PyErr_SetString(PyExc_OverflowError, "prune: too many symbols in the rules");
                 Py_DECREF(r);
                 goto done;
             }
         }
         Py_DECREF(r);
     }
-    rhs_at[n_rules] = rhs.n;
+    rhs_at[n_rules] = (int32_t)rhs.n;
     Py_ssize_t start_id;
     {
         PyObject *f = PyDict_GetItemWithError(ids, start);
@@ -137,51 +149,14 @@ prune(PyObject *self, PyObject *args)
     }
     productive = PyMem_Calloc((size_t)n_sym + 1, 1);
     seen = PyMem_Calloc((size_t)n_sym + 1, 1);
-    wait_at = PyMem_Calloc((size_t)n_sym + 2, sizeof *wait_at);
-    waiting = PyMem_Calloc((size_t)rhs.n + 1, sizeof *waiting);
-    by_lhs_at = PyMem_Calloc((size_t)n_sym + 2, sizeof *by_lhs_at);
-    by_lhs = PyMem_Calloc((size_t)n_rules + 1, sizeof *by_lhs);
-    if (!productive || !seen || !wait_at || !waiting || !by_lhs_at || !by_lhs) {
+    if (!productive || !seen) {
         PyErr_NoMemory();
         goto done;
     }
     memset(productive, 1, (size_t)n_lexemes);
-    /* each rule counts its symbols not known productive (a symbol twice, twice); the rules
-       waiting on a symbol, once per occurrence, in CSR form */
-    for (Py_ssize_t i = 0; i < n_rules; i++)
-        for (Py_ssize_t k = rhs_at[i]; k < rhs_at[i + 1]; k++)
-            if (!productive[rhs.v[k]]) {
-                missing[i]++;
-                wait_at[rhs.v[k] + 1]++;
-            }
-    for (Py_ssize_t s = 0; s < n_sym; s++)
-        wait_at[s + 1] += wait_at[s];
-    {
-        Py_ssize_t *fill = PyMem_Malloc(((size_t)n_sym + 1) * sizeof *fill);
-        if (!fill) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        memcpy(fill, wait_at, (size_t)n_sym * sizeof *fill);
-        for (Py_ssize_t i = 0; i < n_rules; i++)
-            for (Py_ssize_t k = rhs_at[i]; k < rhs_at[i + 1]; k++)
-                if (!productive[rhs.v[k]])
-                    waiting[fill[rhs.v[k]]++] = i;
-        PyMem_Free(fill);
-    }
-    for (Py_ssize_t i = 0; i < n_rules; i++)
-        if (!missing[i] && ivec_push(&found, lhs[i]) < 0)
-            goto done;
-    while (found.n) {
-        Py_ssize_t s = found.v[--found.n];
-        if (productive[s])
-            continue;
-        productive[s] = 1;
-        for (Py_ssize_t k = wait_at[s]; k < wait_at[s + 1]; k++) {
-            Py_ssize_t i = waiting[k];
-            if (!--missing[i] && ivec_push(&found, lhs[i]) < 0)
-                goto done;
-        }
+    if (close_rules((int32_t)n_sym, (int32_t)n_rules, lhs, rhs_at, rhs_at + 1, rhs.v, productive, missing)) {
+        PyErr_NoMemory();
+        goto done;
     }
     if (start_id < 0 || !productive[start_id]) {
         result = Py_NewRef(Py_None);
@@ -189,31 +164,21 @@ prune(PyObject *self, PyObject *args)
     }
     /* what the start reaches through kept rules */
     for (Py_ssize_t i = 0; i < n_rules; i++)
-        if (!missing[i])
-            by_lhs_at[lhs[i] + 1]++;
-    for (Py_ssize_t s = 0; s < n_sym; s++)
-        by_lhs_at[s + 1] += by_lhs_at[s];
-    {
-        Py_ssize_t *fill = PyMem_Malloc(((size_t)n_sym + 1) * sizeof *fill);
-        if (!fill) {
-            PyErr_NoMemory();
+        if (!missing[i] && (ivec_push(&kept_lhs, lhs[i]) < 0 || ivec_push(&kept_rule, (int32_t)i) < 0))
             goto done;
-        }
-        memcpy(fill, by_lhs_at, (size_t)n_sym * sizeof *fill);
-        for (Py_ssize_t i = 0; i < n_rules; i++)
-            if (!missing[i])
-                by_lhs[fill[lhs[i]]++] = i;
-        PyMem_Free(fill);
+    if (csr_of((int32_t)n_sym, kept_lhs.v, kept_rule.v, (int32_t)kept_lhs.n, &off, &tgt)) {
+        PyErr_NoMemory();
+        goto done;
     }
     seen[start_id] = 1;
-    if (ivec_push(&todo, start_id) < 0)
+    if (ivec_push(&todo, (int32_t)start_id) < 0)
         goto done;
     while (todo.n) {
-        Py_ssize_t s = todo.v[--todo.n];
-        for (Py_ssize_t k = by_lhs_at[s]; k < by_lhs_at[s + 1]; k++) {
-            Py_ssize_t i = by_lhs[k];
-            for (Py_ssize_t j = rhs_at[i]; j < rhs_at[i + 1]; j++) {
-                Py_ssize_t t = rhs.v[j];
+        int32_t s = todo.v[--todo.n];
+        for (int32_t e = off[s]; e < off[s + 1]; e++) {
+            int32_t i = tgt[e];
+            for (int32_t j = rhs_at[i]; j < rhs_at[i + 1]; j++) {
+                int32_t t = rhs.v[j];
                 if (!seen[t]) {
                     seen[t] = 1;
                     if (ivec_push(&todo, t) < 0)
@@ -248,12 +213,11 @@ done:
     PyMem_Free(rhs_at);
     PyMem_Free(missing);
     PyMem_Free(rhs.v);
-    PyMem_Free(found.v);
+    PyMem_Free(kept_lhs.v);
+    PyMem_Free(kept_rule.v);
     PyMem_Free(todo.v);
-    PyMem_Free(wait_at);
-    PyMem_Free(waiting);
-    PyMem_Free(by_lhs_at);
-    PyMem_Free(by_lhs);
+    free(off);
+    free(tgt);
     PyMem_Free(productive);
     PyMem_Free(seen);
     return result;
