@@ -154,10 +154,16 @@ class _Splitter:
         self._rule_of: dict[tuple, str] = {}
         self.base = "lexeme"
         self.chunk = CHUNK
-        self.counted = CountedRules(self.rule)
         #: the automata split into rules, see :data:`SPLIT_AUTOMATA`
         self.automata: list[tuple] = []
         self._automaton_of: dict[Automaton, str] = {}
+
+    @property
+    def counted(self) -> CountedRules:
+        """Counted repetition over :meth:`rule` (made per use: kept in an attribute, it would
+        hold ``self`` through the bound method, a cycle that left the whole split to the
+        garbage collector)."""
+        return CountedRules(self.rule)
 
     # -- symbols ---------------------------------------------------------------------------
 
