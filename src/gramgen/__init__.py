@@ -6,11 +6,7 @@ tokens of one sequence; :func:`generate` runs a model under it; :class:`LogitsPr
 plugs it into transformers' own ``generate``.
 """
 
-from . import _compiled
-
-_compiled.install()   # (before any module it covers is imported)
-
-from .automata.bitmask import allocate_token_bitmask  # noqa: E402
+from .automata.bitmask import allocate_token_bitmask
 from .automata.vocabulary import Vocabulary
 from .errors import (CompileLimitError, ConfigurationError, GramgenError, GrammarError, SchemaError,
                      TextRejected, TokenizerError, TokenRejected, UnknownKeywordWarning)

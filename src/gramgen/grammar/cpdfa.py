@@ -293,13 +293,43 @@ def strip_markers(dfa: CodepointDFA, bos: int, eos: int, *,
     if dfa.is_empty():
         return CodepointDFA([], [])
 
+    def step(q: int, c: int) -> int:
+        for lo, hi, t in dfa.edges[q]:
+            if lo <= c <= hi:
+                return t
+        return -1
+
     starts: list[int] = []
-    q = _step(dfa, 0, bos)
+    q = step(0, bos)
     while q >= 0 and q not in starts:
         starts.append(q)
-        q = _step(dfa, q, bos)
+        q = step(q, bos)
 
-    ok = [_ends(dfa, s, eos) for s in range(dfa.n_states)]
+    def ends(q: int) -> bool:
+        seen: set[int] = set()
+        q = step(q, eos)
+        while q >= 0 and q not in seen:
+            if dfa.accepting[q]:
+                return True
+            seen.add(q)
+            q = step(q, eos)
+        return False
+
+    def empty_text() -> bool:
+        # in the empty text both ends are one position, so anchors may come in any order
+        seen, todo = {0}, [0]
+        while todo:
+            q = todo.pop()
+            if dfa.accepting[q]:
+                return True
+            for c in (bos, eos):
+                t = step(q, c)
+                if t >= 0 and t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return False
+
+    ok = [ends(s) for s in range(dfa.n_states)]
     # states accepting every continuation (a match seen in an unanchored search): a subset
     # holding one accepts everything, so it collapses to that state alone
     universal = {q for q in range(dfa.n_states) if dfa.accepting[q]}
@@ -341,45 +371,8 @@ def strip_markers(dfa: CodepointDFA, bos: int, eos: int, *,
                 out.append((lo, hi, j))
         edges.append(out)
     accepting = [any(ok[s] for s in subset) for subset, _ in order]
-    accepting[0] = _empty_text(dfa, bos, eos)
+    accepting[0] = empty_text()
     return trim(CodepointDFA(edges, accepting))
-
-
-# (module functions, not closures of strip_markers: compiled (gramgen._compiled), closures
-# that call each other hold their own scope, a reference cycle per call)
-def _step(dfa: CodepointDFA, q: int, c: int) -> int:
-    for lo, hi, t in dfa.edges[q]:
-        if lo <= c <= hi:
-            return t
-    return -1
-
-
-def _ends(dfa: CodepointDFA, q: int, eos: int) -> bool:
-    """Whether ``eos^n`` (n >= 1) leads ``q`` to acceptance."""
-    seen: set[int] = set()
-    q = _step(dfa, q, eos)
-    while q >= 0 and q not in seen:
-        if dfa.accepting[q]:
-            return True
-        seen.add(q)
-        q = _step(dfa, q, eos)
-    return False
-
-
-def _empty_text(dfa: CodepointDFA, bos: int, eos: int) -> bool:
-    """Whether markers alone lead the start to acceptance: in the empty text both ends are
-    one position, so anchors may come in any order."""
-    seen, todo = {0}, [0]
-    while todo:
-        q = todo.pop()
-        if dfa.accepting[q]:
-            return True
-        for c in (bos, eos):
-            t = _step(dfa, q, c)
-            if t >= 0 and t not in seen:
-                seen.add(t)
-                todo.append(t)
-    return False
 
 
 def length_range(dfa: CodepointDFA) -> tuple[int, int | None]:

@@ -501,15 +501,13 @@ def _rule_regex(name: str, bodies: list[tuple[str, ...]], sym_rx) -> Regex | Non
     def body_rx(body: tuple[str, ...]) -> Regex:
         return seq(sym_rx(s) for s in body)
 
-    # (lists, not generators: compiled (gramgen._compiled), a generator would hold body_rx
-    # in the scope that body_rx itself holds, a reference cycle left to the collector)
-    core = alt([body_rx(b) for b in base])
+    core = alt(body_rx(b) for b in base)
     parts: list[Regex] = []
     if right:
-        parts.append(Repeat(alt([body_rx(b) for b in right]), 0, None))
+        parts.append(Repeat(alt(body_rx(b) for b in right), 0, None))
     parts.append(core)
     if left:
-        parts.append(Repeat(alt([body_rx(b) for b in left]), 0, None))
+        parts.append(Repeat(alt(body_rx(b) for b in left), 0, None))
     return seq(parts)
 
 

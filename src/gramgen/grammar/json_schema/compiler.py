@@ -1959,13 +1959,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 
 
 def _caller_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside gramgen. (Where
-    this module is compiled (``gramgen._compiled``) its functions have no frames: the
-    innermost frame is then already its caller's.)"""
-    frame = sys._getframe(0)
-    if frame.f_code.co_name == "_caller_stacklevel":
-        frame = frame.f_back
-    level = 1
+    """The ``stacklevel`` that points a warning at the first frame outside gramgen."""
+    frame, level = sys._getframe(1), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
         frame, level = frame.f_back, level + 1
     return level
