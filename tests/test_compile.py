@@ -119,8 +119,8 @@ def test_compiling_leaves_no_reference_cycles():
     """What a compile (and a first mask) makes and drops is freed by reference counting:
     no cycle is left for the garbage collector, whose full collections would otherwise
     walk it later, maybe inside a mask. JSON Schema (with $ref, formats, bounds), GBNF
-    and regex grammars, one of them split into rules; lark's own grammar parser (ast.literal_eval's closures) is not
-    ours and not checked here."""
+    and regex grammars, one of them split into rules; lark's own grammar parser
+    (ast.literal_eval's closures) is not ours and not checked here."""
     import gc
 
     from conftest import vocabulary
