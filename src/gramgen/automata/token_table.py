@@ -91,6 +91,7 @@ class TokenTable:
         self.n_longer = (len(ids) - np.cumsum(np.bincount(lengths, minlength=self.max_len + 1))).astype(np.int64)
         self._longer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._depth_for_tail: dict[int, int] = {}
+        self._depth_for_share: dict[float, int | None] = {}
         #: lexeme-state classes shared by every grammar compiled for this vocabulary
         #: (``TokenClasses._classify``), keyed by the state's future and follow bytes
         self.shared_classes: SizedLRU = SizedLRU(64 << 20, lambda lt: lt.nbytes)
@@ -195,6 +196,18 @@ class TokenTable:
             longer, n = self.n_longer, len(self.sorted_bytes)
             found = next((d for d in range(len(longer)) if longer[d] * tail <= n), self.max_len)
             self._depth_for_tail[tail] = found
+        return found
+
+    def depth_for_share(self, share: float) -> int | None:
+        """The fewest bytes that all but ``share`` of the tokens keep within: an agreement
+        of lexeme states less deep leaves more than that share to decide, so reusing a
+        neighbour's mask does not pay (see ``Matcher._neighbour_words``). None where
+        ``share`` is negative (never reuse). Per vocabulary, so kept."""
+        found = self._depth_for_share.get(share, -1)
+        if found == -1:
+            limit = share * len(self.sorted_bytes)
+            found = next((d for d in range(len(self.n_longer)) if self.n_longer[d] <= limit), None)
+            self._depth_for_share[share] = found
         return found
 
     def longer_than(self, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

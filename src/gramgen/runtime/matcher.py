@@ -22,6 +22,11 @@ _FEW = 16
 #: a position inside lexemes looks for a neighbour's mask (Matcher._neighbour_words) only
 #: when its lexeme states have more exit tokens than this: fewer are walked quickly
 _NEIGHBOR_EXITS = 64
+#: ... and only when it is inside at most this many lexemes: every lexeme state must agree
+#: with the neighbour's, and among many (a key's first bytes, shared by dozens of declared
+#: names) some always differ at once, so the context is made for nothing (over 300 sampled
+#: dev-split schemas, no reuse succeeded past 2 lexemes)
+_NEIGHBOR_SCANS = 8
 #: a token with this many bytes left to walk inside lexemes jumps to its next completion
 _LONG_REST = 8
 
@@ -466,7 +471,8 @@ class Matcher:
         classes = [cg.classes.lexeme_tokens(k, q) for k, q in scans]
         if cur.n_items and cg.split_automata is not None and cg.INSIDE_NEIGHBORS:
             return self._automaton_words(cur, scans, classes, limit)
-        if cur.n_items or not cg.INSIDE_NEIGHBORS or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
+        if cur.n_items or not cg.INSIDE_NEIGHBORS or len(scans) > _NEIGHBOR_SCANS \
+                or sum(lt.n_exits for lt in classes) <= _NEIGHBOR_EXITS:
             return self._full_words(cur, scans, classes, limit)
         found = self._inside_context(scans)
         if found is None:
@@ -510,7 +516,13 @@ class Matcher:
         states' classes, in the order of ``scans`` (the current set's, read once)."""
         cg = self._cg
         tt = cg.token_table
-        best, near = -1, None
+        # (a neighbour that agrees less deep than this leaves too many tokens to decide: the
+        # agreements stop at the first pair of states that falls short, e.g. two places in
+        # a literal key, whose futures differ at once)
+        need = tt.depth_for_share(cg.classes.NEIGHBOR_SHARE)
+        if need is None:
+            return None
+        best, near = need - 1, None
         for prev, words in cg.inside_neighbours(context):
             d = tt.max_len
             for (k, _), q1, q2 in zip(context, prev, states):
@@ -520,7 +532,7 @@ class Matcher:
                         break
             if d > best:
                 best, near = d, words
-        if near is None or tt.n_longer[min(best, tt.max_len)] > cg.classes.NEIGHBOR_SHARE * len(tt.sorted_bytes):
+        if near is None:
             return None
         long, short_ids, short_ranks = tt.longer_than(best)
         words = near & short_ids
