@@ -223,3 +223,47 @@ def test_other_keys_automaton_is_any_key_without_the_names(layout):
     many = gramgen.Grammar.from_json_schema({"type": "object", "properties": {"\x0b" * 9: {"type": "integer"},
                                                                            "a": {"type": "integer"}}}, **layout)
     assert strings.spellings("\x0b" * 9) is None and not many.ir.meta[WITHOUT_PREFIXES]
+
+
+def test_flexible_key_separator_is_one_shared_lexeme():
+    """With flexible whitespace a key's lexeme is the quoted name alone, and the separator
+    (bounded whitespace, the colon, bounded whitespace) one lexeme that every key shares,
+    declared, other or of an open value's objects. Whitespace up to ``max_whitespace`` on
+    each side of the colon is accepted, one more is not; at every byte of those texts the
+    mask equals the one of the same schema merged into larger lexemes (where the separator
+    is inside them), and each token of the mask passes ``check`` and no other."""
+    from gramgen.automata.dfa import compile_regex
+
+    schema = {"type": "object", "properties": {"ab": {"type": "integer"}, "a": {"type": "object"}},
+              "additionalProperties": {"type": "boolean"}}
+    g = gramgen.Grammar.from_json_schema(schema, whitespace="flexible", max_whitespace=3)
+    keys = [name for name in g.ir.lexemes if name.startswith("KEY")]
+    colons = [name for name in g.ir.lexemes if name.startswith("COLON")]
+    # "ab", "a", any other name; any name in the object "a" and in the objects of its values
+    assert len(keys) == 5 and len(colons) == 1
+    sep = compile_regex(g.ir.lexemes[colons[0]])
+    assert all(sep.matches(s) for s in (b":", b" \t:\n\r ", b"   :   ")) and not sep.matches(b"    :")
+    for name in keys:
+        dfa = compile_regex(g.ir.lexemes[name])
+        assert not any(dfa.matches(b'"ab"' + s) for s in (b":", b" :"))
+    assert compile_regex(g.ir.lexemes[keys[0]]).matches(b'"ab"')
+    for name, (_, base, _) in g.ir.meta["without_prefixes"].items():
+        assert compile_regex(base).matches(b'"x"') and not compile_regex(base).matches(b'"x":')
+    merged = gramgen.Grammar.from_json_schema(schema, whitespace="flexible", max_whitespace=3,
+                                              max_lexeme_nodes=2000)
+    a, b = gramgen.compile(g, BYTE_VOCAB), gramgen.compile(merged, BYTE_VOCAB)
+    good = [b'{"ab"   :   1}', b'{"ab":1,"a"\t:\n{"x" : [1, {"y" \r:\r"z"}]}, "q"   :true}',
+            b'{"a":{},"zz" : false}']
+    bad = [b'{"ab"    :1}', b'{"ab":    1}', b'{"a":{"x"    :1}}', b'{"q" :    false}', b'{"ab" 1}',
+           b'{"ab"::1}']
+    for text in good + bad:
+        ma, mb = a.matcher(), b.matcher()
+        for byte in text:
+            mask = ma.mask()
+            assert (mask == mb.mask()).all(), text
+            assert [t for t in range(256) if ma.check(t)] == [t for t in range(256) if mask[t]], text
+            if not ma.check(byte):
+                break
+            ma.advance(byte)
+            mb.advance(byte)
+        assert accepts(a, text) == (text in good) == accepts(b, text), text

@@ -261,9 +261,20 @@ class SchemaCompiler:
 
     # -------------------------------------------------------------- whitespace & punctuation
 
-    def key(self, name_rx: Regex) -> str:
-        """A lexeme for a key and the key separator after it."""
-        return self.lex(seq([name_rx, self.layout.colon()]), "KEY")
+    def key(self, name_rx: Regex) -> tuple[str, ...]:
+        """The symbols of a key and the key separator after it: one lexeme, or, where the
+        separator is flexible whitespace around the colon, the key's lexeme and the
+        separator's, one lexeme shared by every key (bounded whitespace twice: ~40 states
+        that each key's automaton would repeat, where the separator's is kept per layout
+        with the standard lexemes)."""
+        if self._colon_apart:
+            return self.lex(name_rx, "KEY"), self._piece(("colon",), self.layout.colon, "COLON")
+        return (self.lex(seq([name_rx, self.layout.colon()]), "KEY"),)
+
+    @property
+    def _colon_apart(self) -> bool:
+        """Whether the key separator is a lexeme of its own (see :meth:`key`)."""
+        return self.layout.flexible and self.layout.max_ws > 0
 
     def container(self, open_ch: str, close_ch: str) -> tuple[str, str | None, str, str, str]:
         """Lexemes of a container at the current depth: (opening bracket, what precedes the
@@ -1491,10 +1502,10 @@ class SchemaCompiler:
                 continue
             if extra is None:
                 extra = self.fresh("extra")
-            lexeme = self.key(strings.spelled(key))
-            if key.excluded is not None and lexeme not in self._without_prefixes:
-                self._note_without_prefixes(lexeme, key.excluded)
-            self.rule(extra, lexeme, sym)
+            symbols = self.key(strings.spelled(key))
+            if key.excluded is not None and symbols[0] not in self._without_prefixes:
+                self._note_without_prefixes(symbols[0], key.excluded)
+            self.rule(extra, *symbols, sym)
         return extra
 
     def _note_without_prefixes(self, lexeme: str, names: tuple[str, ...]) -> None:
@@ -1512,9 +1523,10 @@ class SchemaCompiler:
         self._without_prefixes[lexeme] = (self.lexemes[lexeme], self._any_key(), tuple(prefixes))
 
     def _any_key(self) -> Regex:
-        """Any key and the separator after it: the keys of an object of any values, and
-        what a key other than some names is cut from."""
-        return seq([strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None)), self.layout.colon()])
+        """Any key, and the separator after it unless that is a lexeme of its own: what the
+        lexeme of a key other than some names is cut from."""
+        name = strings.quoted(Repeat(strings.ANY_JSON_CHAR, 0, None))
+        return name if self._colon_apart else seq([name, self.layout.colon()])
 
     def _object_some_key(self, node: dict) -> list[str]:
         """``__some_key__`` (from negating propertyNames / additionalProperties /
@@ -1607,7 +1619,7 @@ class SchemaCompiler:
         kv = [None] * n
         for i, (name, sym, _) in enumerate(entries):
             k = self.fresh("kv")
-            self.rule(k, self.key(strings.string_literal(name)), sym)
+            self.rule(k, *self.key(strings.string_literal(name)), sym)
             kv[i] = k
         top = self.fresh("object")
         todo: list[tuple] = []
@@ -1643,7 +1655,7 @@ class SchemaCompiler:
         kv = []
         for name, sym, _ in entries:
             k = self.fresh("kv")
-            self.rule(k, self.key(strings.string_literal(name)), sym)
+            self.rule(k, *self.key(strings.string_literal(name)), sym)
             kv.append(k)
         req_mask = sum(1 << i for i, e in enumerate(entries) if e[2])
         cap = max(1, min_p, max_p or 0)
@@ -1729,11 +1741,12 @@ class SchemaCompiler:
         if self._too_deep():
             return [v]
         key = self._piece(("any_key",), self._any_key, "KEY")
+        keys = (key, self._piece(("colon",), self.layout.colon, "COLON")) if self._colon_apart else (key,)
         inner = self.child(True)
         for open_ch, close_ch in ("{}", "[]"):
             open_, lead, comma, close, close_empty = self.container(open_ch, close_ch)
             items = self.fresh("members" if open_ch == "{" else "elements")
-            entry = (key, inner) if open_ch == "{" else (inner,)
+            entry = (*keys, inner) if open_ch == "{" else (inner,)
             self.rule(v, open_, close_empty)
             self.rule(v, open_, *((lead,) if lead else ()), items, close)
             self.rule(items, *entry)
