@@ -271,6 +271,7 @@ def worker_main() -> None:
                 # (timed alone: the memory probe, whose heap trim and sampling thread would
                 # slow this compile and the masks after it, runs on a compile of its own; see
                 # probe_compile_memory)
+                adapter.cold_start()
                 t0 = time.perf_counter()
                 compiled = adapter.compile(choice)
                 dt = time.perf_counter() - t0
@@ -287,6 +288,7 @@ def worker_main() -> None:
             if warm and not case.get("resumed"):
                 for rep in range(1, warm + 1):
                     gc.collect()
+                    adapter.cold_start()
                     t0 = time.perf_counter()
                     adapter.compile(choice)
                     emit(event="compile", case=key, rep=rep, seconds=time.perf_counter() - t0)
@@ -294,6 +296,7 @@ def worker_main() -> None:
                 for rep in range(1, case["reps"] + 1):
                     emit(event="phase", phase="compile", case=key)
                     gc.collect()
+                    adapter.cold_start()
                     t0 = time.perf_counter()
                     adapter.compile(choice)
                     emit(event="compile", case=key, rep=rep, seconds=time.perf_counter() - t0)
@@ -302,6 +305,7 @@ def worker_main() -> None:
 
                 emit(event="phase", phase="compile", case=key)
                 gc.collect()
+                adapter.cold_start()
                 tracemalloc.start()
                 adapter.compile(choice)
                 _, peak = tracemalloc.get_traced_memory()
@@ -339,6 +343,7 @@ def worker_main() -> None:
         if limit and first_s > limit / 4:
             return
         emit(event="phase", phase="memory", case=key)
+        adapter.cold_start()
         with _RssPeak() as rss:
             adapter.compile(choice)
         emit(event="compile_rss", case=key, rss_delta_bytes=rss.delta)

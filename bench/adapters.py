@@ -189,6 +189,11 @@ class Adapter:
     def grammar_for(self, case: dict, workload: str) -> GrammarChoice:
         raise NotImplementedError
 
+    def cold_start(self) -> None:
+        """Put the library in the state its compiles are measured from, before each timed
+        compile and untimed: what a fresh process would find (nothing to do for a library
+        without process caches, or one told to keep them)."""
+
     def compile(self, choice: GrammarChoice) -> Any:
         raise NotImplementedError
 
@@ -608,7 +613,7 @@ class GramgenAdapter(Adapter):
     @property
     def json_schema_policy(self) -> str:  # type: ignore[override]
         caches = ("caches kept from earlier cases (--gramgen-caches warm)" if self.warm_caches
-                  else "every compile cold (gramgen._lru.clear_all() first; what is per vocabulary stays, "
+                  else "every compile cold (gramgen._lru.clear_all() before it, untimed; what is per vocabulary stays, "
                        "as xgrammar's TokenizerInfo: the token table and the standard classes of JSON "
                        "Schema value lexemes with those lexemes' automata, made from fixed schemas at the "
                        "first JSON Schema compile for a layout; and what is per process, as the formats' "
@@ -654,19 +659,23 @@ class GramgenAdapter(Adapter):
             return GrammarChoice("jsonschema", how, case["source"])
         return GrammarChoice(case["kind"], f"{case['path']} ({how})", case["source"], case["start"])
 
+    def cold_start(self) -> None:
+        if self.warm_caches:
+            return
+        try:
+            # every compile is cold, as xgrammar's (cache_enabled=False): equal lexemes share
+            # an automaton within one compile but not across repetitions or cases (the
+            # per-vocabulary tables stay, as xgrammar's TokenizerInfo does). Emptying the
+            # caches frees what the last case left there: a fresh process has nothing to free.
+            from gramgen._lru import clear_all
+
+            clear_all()
+        except ImportError:
+            pass
+
     def compile(self, choice: GrammarChoice) -> Any:
         import gramgen
 
-        if not self.warm_caches:
-            try:
-                # every compile is cold, as xgrammar's (cache_enabled=False): equal lexemes
-                # share an automaton within one compile but not across repetitions or cases
-                # (the per-vocabulary tables stay, as xgrammar's TokenizerInfo does)
-                from gramgen._lru import clear_all
-
-                clear_all()
-            except ImportError:
-                pass
         try:
             if choice.kind == "lark":
                 g = gramgen.Grammar.from_lark(choice.source, start=choice.start)

@@ -171,6 +171,7 @@ def main(argv=None) -> int:
     adapter.prepare(tok, _tokenizer_path(run["tokenizer"]))
 
     def cg_of(case):
+        adapter.cold_start()
         return adapter.compile(adapter.grammar_for(case.to_job(), opts.workload))
 
     which = "slowest masks" if opts.between is None else f"masks of {opts.between[0]:,g}-{opts.between[1]:,g} µs"

@@ -338,7 +338,8 @@ def test_why_slow_between_samples_the_masks_of_a_time_band(tmp_path, capsys):
 
 def test_gramgen_adapter_cold_or_warm_caches():
     """--gramgen-caches: cold (the default) empties gramgen's process caches before each
-    compile; warm keeps what an earlier case left (and says so in its policy)."""
+    compile (``cold_start``, which the harness calls untimed before every timed compile);
+    warm keeps what an earlier case left (and says so in its policy)."""
     from gramgen.grammar.json_schema import strings
 
     tok = hf_tokenizer("smollm2")
@@ -352,6 +353,7 @@ def test_gramgen_adapter_cold_or_warm_caches():
         a.load()
         a.prepare(tok, "")
         for source in (first, second):
+            a.cold_start()
             a.compile(a.grammar_for({"kind": "jsonschema", "source": source, "start": "", "path": "s"},
                                     "jsonschema"))
         kept = strings.pattern_dfa.cache_info().currsize
