@@ -156,6 +156,54 @@ def test_all_but_knows_its_groups(seed):
         assert cpdfa.to_automaton(but, strings.json_char) == cpdfa.to_automaton(plain, strings.json_char)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_other_keys_spelling_is_made_on_first_read(seed):
+    """``strings.spelled(cpdfa.all_but(words))`` is an automaton made when first read
+    (``Automaton.deferred``): then equal, field by field and as a whole, to the spelling of
+    the automaton made at once, and so is its hash; ``all_but``'s own edges are made on
+    first read too, with ``excluded`` (the words without a lone surrogate) and ``is_empty``
+    known before. A flexible-layout schema that leaves other keys open compiles without
+    making either (their DFA is cut from any key's), and still tells the declared names
+    from the others (``a\\u0022``, a declared name spelled otherwise than gramgen spells
+    it, is neither)."""
+    from gramgen.grammar.ir import Automaton
+    from gramgen.grammar.json_schema import strings
+
+    def made(rx) -> bool:
+        try:
+            object.__getattribute__(rx, "_make")
+        except AttributeError:
+            return True
+        return False
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        words = sorted({"".join(rng.choice(_NAME_CHARS) for _ in range(rng.randint(0, 5)))
+                        for _ in range(rng.randint(0, 8))})
+        but = cpdfa.all_but(words)
+        assert not but.is_empty()
+        assert but.excluded == tuple(w for w in words if not any(0xD800 <= ord(c) <= 0xDFFF for c in w))
+        lazy = strings.spelled(but)
+        auto = lazy.items[1]
+        assert auto.__class__ is Automaton and not made(auto)
+        now = strings.quoted(cpdfa.to_automaton(cpdfa._all_but_now(words), strings.json_char))
+        assert hash(lazy) == hash(now) and lazy == now and made(auto)
+        assert (auto.n_states, auto.start, auto.edges, auto.accepting) == \
+            (now.items[1].n_states, now.items[1].start, now.items[1].edges, now.items[1].accepting)
+        assert but.excluded == cpdfa._all_but_now(words).excluded and but.edges == cpdfa._all_but_now(words).edges
+
+    schema = {"type": "object", "properties": {"ab": {"type": "integer"}, "a\"": {"type": "string"}}}
+    g = gramgen.Grammar.from_json_schema(schema, whitespace="flexible")
+    others = [rx.items[1] for rx in g.ir.lexemes.values()
+              if rx.__class__.__name__ == "Seq" and len(rx.items) == 3 and rx.items[1].__class__ is Automaton]
+    assert others
+    cg = gramgen.compile(g, BYTE_VOCAB)
+    assert not any(made(a) for a in others)
+    for text, ok in ((b'{"ab":1,"a\\"":"x","zz":[1]}', True), (b'{"ab":1,"ab":2}', False),
+                     (b'{"a\\u0022":"x"}', False), (b'{"a\\"":1}', False)):
+        assert accepts(cg, text) == ok, text
+
+
 def test_one_byte_split_and_adjacent_join_equal_the_general_ones():
     """``to_automaton`` cuts a state's ranges with ``cpdfa._split_one_byte`` and joins a
     group's sorted ranges with ``cpdfa._join_adjacent``: the same as the general

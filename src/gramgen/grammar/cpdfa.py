@@ -11,6 +11,7 @@ escaped spellings of each range), so no conversion back to a regex is ever neede
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from .._lru import SizedLRU
@@ -439,8 +440,52 @@ def all_but(words) -> CodepointDFA:
     whose characters all are in ANY_CHAR, every node sending every other character to
     one accepting state that takes everything, every node accepting but the words' ends
     (what ``difference(ANY_CHAR*, words_dfa(words))`` recognizes, built in one pass).
-    Its ``excluded`` holds the words of the trie. In C where the grammar kernels are
-    built (an object's other keys: a tenth of a median schema's lowering in Python)."""
+    Its ``excluded`` holds the words of the trie. Its edges are made when first read
+    (:class:`_AllBut`): an object's other keys mostly need only the words (see
+    ``strings.spelled``)."""
+    words = tuple(words)
+    return _AllBut(words, tuple(w for w in words if _SURROGATE.search(w) is None))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _AllBut(CodepointDFA):
+    """:func:`all_but` of some words, its edges, flags and groups made when first read
+    (``excluded`` is known at once: the words without a surrogate). Never empty (every
+    string but finitely many)."""
+
+    __slots__ = ("words",)
+
+    def __init__(self, words: tuple[str, ...], kept: tuple[str, ...]):
+        self.words = words
+        self.excluded = kept
+
+    def _made(self, name: str):
+        try:
+            return _SLOT[name].__get__(self)
+        except AttributeError:
+            made = _all_but_now(self.words)
+            for slot in ("edges", "accepting", "groups"):
+                _SLOT[slot].__set__(self, getattr(made, slot))
+            return _SLOT[name].__get__(self)
+
+    edges = property(lambda self: self._made("edges"))
+    accepting = property(lambda self: self._made("accepting"))
+    groups = property(lambda self: self._made("groups"))
+
+    def is_empty(self) -> bool:
+        return False
+
+
+_SLOT = {name: CodepointDFA.__dict__[name] for name in ("edges", "accepting", "groups")}
+#: the class of :func:`all_but`'s automata (``strings.spelled`` defers their spelling)
+ALL_BUT = _AllBut
+
+
+def _all_but_now(words: tuple[str, ...]) -> CodepointDFA:
+    """:func:`all_but`, made now: in C where the grammar kernels are built (an object's
+    other keys: a tenth of a median schema's lowering in Python)."""
     if kernels is None:
         return _all_but_py(words)
     made = kernels.all_but(tuple(words), SEVERAL_OF_ANY, _split_one_byte)

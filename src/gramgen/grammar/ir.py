@@ -71,8 +71,14 @@ class Repeat(Regex):
     max: int | None
 
 
+class _Deferrable(Regex):
+    """What an :class:`Automaton` made on first use keeps until then: its maker."""
+
+    __slots__ = ("_make",)
+
+
 @dataclass(frozen=True, slots=True)
-class Automaton(Regex):
+class Automaton(_Deferrable):
     """A finite automaton whose edges are labelled by regexes (``(src, regex, dst)``).
 
     Lets a frontend hand over the result of automaton algebra (intersection, difference,
@@ -80,12 +86,50 @@ class Automaton(Regex):
     regular expression, which can be exponentially larger. The start state is ``start``;
     the automaton matches a string when some path from ``start`` to a state in
     ``accepting`` spells it.
+
+    :meth:`deferred` makes one whose fields are made when first read (see there).
     """
 
     n_states: int
     start: int
     edges: tuple[tuple[int, Regex, int], ...]
     accepting: tuple[int, ...]
+
+    @classmethod
+    def deferred(cls, make) -> "Automaton":
+        """An automaton whose fields ``make()`` returns, as ``(n_states, start, edges,
+        accepting)``, when one of them is first read (by anything: hashing, comparing,
+        a DFA builder, ``repr``). For a lexeme that is usually built another way: the
+        JSON Schema compiler's "any key but the declared ones", whose DFA is cut from any
+        key's (``ir.meta[WITHOUT_PREFIXES]``), so its spelled automaton (a tenth of a
+        median schema's lowering) is made only where something reads it. ``make`` must
+        be a pure function of what it holds (no reference back to the grammar: the
+        automaton may be untracked by the garbage collector before it is made)."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "_make", make)
+        return self
+
+    def __getattr__(self, name: str):
+        # (called only where a slot is empty: a deferred automaton's fields before use)
+        if name not in _AUTOMATON_FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            make = object.__getattribute__(self, "_make")
+        except AttributeError:
+            raise AttributeError(f"Automaton field {name!r} is not set") from None
+        made = make()
+        if len(made) != 4:
+            raise TypeError("a deferred Automaton's maker must return (n_states, start, edges, accepting)")
+        for field_name, value in zip(_AUTOMATON_FIELDS, made):
+            object.__setattr__(self, field_name, value)
+        try:
+            object.__delattr__(self, "_make")
+        except AttributeError:
+            pass   # (another thread made it meanwhile: the same fields)
+        return object.__getattribute__(self, name)
+
+
+_AUTOMATON_FIELDS = ("n_states", "start", "edges", "accepting")
 
 
 def _memoized_hash(generated):

@@ -18,7 +18,7 @@ import gramgen.grammar.cpdfa as cpdfa
 
 from ..._lru import cleared_with_all
 from ...errors import GrammarError
-from ..ir import EMPTY, NOTHING, Alt, CharRanges, Regex, Repeat, Seq, char, literal, normalize_ranges
+from ..ir import EMPTY, NOTHING, Alt, Automaton, CharRanges, Regex, Repeat, Seq, char, literal, normalize_ranges
 from ..regex import ANCHOR_MARKERS, PatternError, parse_regex, translate_ecma
 from ..regex import intersect_ranges as _intersect
 from ..simplify import alt, seq
@@ -187,11 +187,25 @@ def quoted(content: Regex) -> Regex:
 
 def spelled(dfa: cpdfa.CodepointDFA) -> Regex:
     """A JSON string literal whose decoded content ``dfa`` accepts (made once for a
-    format's automaton, :func:`format_dfa`)."""
+    format's automaton, :func:`format_dfa`). For "any string but some words"
+    (:func:`cpdfa.all_but`) the automaton is made when first read
+    (:meth:`~gramgen.grammar.ir.Automaton.deferred`): as an object's other keys, its DFA is
+    cut from any key's instead (see ``_note_without_prefixes`` in the compiler)."""
     kept = _spelled_formats.get(id(dfa))
     if kept is not None and kept[0] is dfa:
         return kept[1]
+    if dfa.__class__ is cpdfa.ALL_BUT:
+        return quoted(Automaton.deferred(functools.partial(_spelled_all_but, dfa.words)))
     return quoted(cpdfa.to_automaton(dfa, json_char))
+
+
+def _spelled_all_but(words: tuple[str, ...]) -> tuple:
+    """The fields of ``to_automaton(all_but(words), json_char)`` (an :class:`Automaton`:
+    all_but's free state has edges), for :func:`spelled`."""
+    made = cpdfa.to_automaton(cpdfa.all_but(words), json_char)
+    if made.__class__ is not Automaton:
+        raise TypeError(f"all_but spelled to a {type(made).__name__}, not an Automaton")
+    return made.n_states, made.start, made.edges, made.accepting
 
 
 #: id of a format's automaton -> (it, its spelling): both constants (see :func:`format_dfa`)
