@@ -441,16 +441,16 @@ def all_but(words) -> CodepointDFA:
     one accepting state that takes everything, every node accepting but the words' ends
     (what ``difference(ANY_CHAR*, words_dfa(words))`` recognizes, built in one pass).
     Its ``excluded`` holds the words of the trie. Its edges are made when first read
-    (:class:`_AllBut`): an object's other keys mostly need only the words (see
+    (:class:`AllBut`): an object's other keys mostly need only the words (see
     ``strings.spelled``)."""
     words = tuple(words)
-    return _AllBut(words, tuple(w for w in words if _SURROGATE.search(w) is None))
+    return AllBut(words, tuple(w for w in words if _SURROGATE.search(w) is None))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class _AllBut(CodepointDFA):
+class AllBut(CodepointDFA):
     """:func:`all_but` of some words, its edges, flags and groups made when first read
     (``excluded`` is known at once: the words without a surrogate). Never empty (every
     string but finitely many)."""
@@ -479,8 +479,6 @@ class _AllBut(CodepointDFA):
 
 
 _SLOT = {name: CodepointDFA.__dict__[name] for name in ("edges", "accepting", "groups")}
-#: the class of :func:`all_but`'s automata (``strings.spelled`` defers their spelling)
-ALL_BUT = _AllBut
 
 
 def _all_but_now(words: tuple[str, ...]) -> CodepointDFA:

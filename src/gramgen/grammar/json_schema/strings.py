@@ -194,7 +194,7 @@ def spelled(dfa: cpdfa.CodepointDFA) -> Regex:
     kept = _spelled_formats.get(id(dfa))
     if kept is not None and kept[0] is dfa:
         return kept[1]
-    if dfa.__class__ is cpdfa.ALL_BUT:
+    if dfa.__class__ is cpdfa.AllBut:
         return quoted(Automaton.deferred(functools.partial(_spelled_all_but, dfa.words)))
     return quoted(cpdfa.to_automaton(dfa, json_char))
 
